@@ -1,0 +1,214 @@
+"""The one cattrs converter for events, headers, deltas, messages and chunks.
+
+Unstructuring omits fields equal to their default (canonical absence); structuring is
+strict: no extra keys, no type coercion, typed errors naming the seq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import cattrs
+import orjson
+from actorloop.codecs.jsonvalue import FrozenDict, JsonValueError, canonical_json, freeze_object
+from actorloop.runtime.chunks import (
+    BlockEnd,
+    BlockStart,
+    Finish,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from actorloop.runtime.errors import SessionFormatError
+from actorloop.runtime.events import (
+    DATA_BY_TYPE,
+    Append,
+    IgnorableData,
+    Replace,
+    SessionEvent,
+    SurfaceOp,
+)
+from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall, ToolResult
+from cattrs.strategies import configure_tagged_union
+
+BLOCK_TAGS: dict[type, str] = {
+    Text: "text",
+    Reasoning: "reasoning",
+    ToolCall: "tool_call",
+    ToolResult: "tool_result",
+}
+CHUNK_TAGS: dict[type, str] = {
+    BlockStart: "block_start",
+    TextDelta: "text_delta",
+    ReasoningDelta: "reasoning_delta",
+    ToolCallDelta: "tool_call_delta",
+    BlockEnd: "block_end",
+    UsageReport: "usage",
+    Finish: "finish",
+}
+OP_TAGS: dict[type, str] = {Append: "append", Replace: "replace"}
+
+
+def _strict(kind: type, check: Callable[[Any], bool]) -> Callable[[Any, type], Any]:
+    def structure(value: Any, _: type) -> Any:
+        if not check(value):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r:.40}")
+        return value
+
+    return structure
+
+
+def _structure_float(value: Any, _: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _build_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(
+        omit_if_default=True, forbid_extra_keys=True, detailed_validation=False
+    )
+    conv.register_structure_hook(str, _strict(str, lambda v: isinstance(v, str)))
+    conv.register_structure_hook(bool, _strict(bool, lambda v: isinstance(v, bool)))
+    conv.register_structure_hook(
+        int, _strict(int, lambda v: isinstance(v, int) and not isinstance(v, bool))
+    )
+    conv.register_structure_hook(float, _structure_float)
+    conv.register_structure_hook(FrozenDict, lambda v, _: freeze_object(v))
+    conv.register_unstructure_hook(FrozenDict, lambda v: v)
+    configure_tagged_union(
+        Block, conv, tag_generator=BLOCK_TAGS.__getitem__, tag_name="type"  # type: ignore[arg-type]
+    )
+    configure_tagged_union(
+        StreamChunk,  # type: ignore[arg-type]
+        conv,
+        tag_generator=CHUNK_TAGS.__getitem__,
+        tag_name="type",
+    )
+    configure_tagged_union(
+        SurfaceOp, conv, tag_generator=OP_TAGS.__getitem__, tag_name="op"  # type: ignore[arg-type]
+    )
+    return conv
+
+
+converter = _build_converter()
+
+_data_unstructurers: dict[type, Callable[[Any], Any]] = {
+    cls: converter.get_unstructure_hook(cls) for cls in DATA_BY_TYPE.values()
+}
+_data_structurers: dict[str, Callable[[Any, type], Any]] = {
+    name: converter.get_structure_hook(cls) for name, cls in DATA_BY_TYPE.items()
+}
+_unstructure_op = converter.get_unstructure_hook(SurfaceOp)  # type: ignore[arg-type]
+_structure_op = converter.get_structure_hook(SurfaceOp)  # type: ignore[arg-type]
+
+_DECODE_FAILURES = (
+    KeyError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    JsonValueError,
+    cattrs.BaseValidationError,
+    cattrs.ForbiddenExtraKeysError,
+)
+_ENVELOPE_KEYS = frozenset(
+    {"type", "seq", "time", "data", "source_event_seqs", "surface_op", "ignorable"}
+)
+
+
+def unstructure(value: object) -> Any:
+    return converter.unstructure(value)
+
+
+def canonical_bytes(value: object) -> bytes:
+    """Canonical JSON of any attrs value of the domain model (sorted keys, no spaces)."""
+    return canonical_json(converter.unstructure(value))
+
+
+def event_to_dict(event: SessionEvent) -> dict[str, Any]:
+    data = event.data
+    body: dict[str, Any] = {
+        "type": event.type,
+        "seq": event.seq,
+        "time": event.time,
+        "data": data.payload
+        if isinstance(data, IgnorableData)
+        else _data_unstructurers[type(data)](data),
+    }
+    if event.source_event_seqs is not None:
+        body["source_event_seqs"] = event.source_event_seqs
+    if event.surface_op is not None:
+        body["surface_op"] = _unstructure_op(event.surface_op)
+    if event.ignorable:
+        body["ignorable"] = True
+    return body
+
+
+def encode_event(event: SessionEvent) -> bytes:
+    return canonical_json(event_to_dict(event))
+
+
+def _format_error(where: str, problem: object) -> SessionFormatError:
+    return SessionFormatError(where, str(problem))
+
+
+def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
+    """Strictly structure one decoded event object; errors name the seq (or `where`)."""
+    if not isinstance(body, dict):
+        raise _format_error(where or "event", f"expected an object, got {type(body).__name__}")
+    seq = body.get("seq")
+    label = where or (f"event seq {seq}" if isinstance(seq, int) else "event")
+    extra = body.keys() - _ENVELOPE_KEYS
+    if extra:
+        raise _format_error(label, f"unknown envelope keys {sorted(extra)}")
+    try:
+        event_type = body["type"]
+        if not isinstance(event_type, str):
+            raise TypeError("type must be a string")
+        ignorable = body.get("ignorable", False)
+        if not isinstance(ignorable, bool):
+            raise TypeError("ignorable must be a boolean")
+        raw_data = body["data"]
+        structure_data = _data_structurers.get(event_type)
+        if structure_data is None:
+            if not ignorable:
+                raise TypeError(f"unknown event type {event_type!r} (not marked ignorable)")
+            data: Any = IgnorableData(freeze_object(raw_data, "$.data"))
+        else:
+            data = structure_data(raw_data, DATA_BY_TYPE[event_type])
+        seqs = body.get("source_event_seqs")
+        op = body.get("surface_op")
+        event = SessionEvent(
+            type=event_type,
+            seq=converter.structure(body["seq"], int),
+            time=converter.structure(body["time"], int),
+            data=data,
+            source_event_seqs=None if seqs is None else converter.structure(seqs, tuple[int, ...]),
+            surface_op=None if op is None else _structure_op(op, SurfaceOp),  # type: ignore[arg-type]
+            ignorable=ignorable,
+        )
+    except SessionFormatError:
+        raise
+    except _DECODE_FAILURES as exc:
+        problem = f"missing key {exc}" if isinstance(exc, KeyError) else exc
+        raise _format_error(label, problem) from exc
+    return event
+
+
+def decode_event(raw: bytes | str, where: str | None = None) -> SessionEvent:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _format_error(where or "event", f"invalid JSON: {exc}") from exc
+    return event_from_dict(body, where)
+
+
+def structure_as(value: Any, cls: type[Any]) -> Any:
+    """Strictly structure `value` as `cls`; raises SessionFormatError on mismatch."""
+    try:
+        return converter.structure(value, cls)
+    except _DECODE_FAILURES as exc:
+        raise _format_error(getattr(cls, "__name__", str(cls)), exc) from exc

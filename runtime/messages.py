@@ -1,0 +1,108 @@
+"""Messages, content blocks and message sources: the frozen vocabulary of conversation content."""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+from attrs import frozen
+
+Role: TypeAlias = Literal["system", "user", "assistant"]
+
+
+@frozen
+class Text:
+    text: str
+
+
+@frozen
+class Reasoning:
+    text: str
+    signature: str | None = None
+
+
+@frozen
+class ToolCall:
+    """A model's request to run a tool; `arguments` is the raw JSON string the model produced."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@frozen
+class ToolResult:
+    tool_call_id: str
+    content: tuple[Text, ...]
+    is_error: bool = False
+
+
+Block: TypeAlias = Text | Reasoning | ToolCall | ToolResult
+Content: TypeAlias = tuple[Block, ...]
+BLOCK_TYPES = (Text, Reasoning, ToolCall, ToolResult)
+
+
+@frozen
+class Message:
+    role: Role
+    content: Content
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls("user", (Text(text),))
+
+    @classmethod
+    def assistant(cls, text: str) -> Message:
+        return cls("assistant", (Text(text),))
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls("system", (Text(text),))
+
+    @property
+    def text(self) -> str:
+        """The concatenated text blocks (a convenience for tests and displays)."""
+        return "".join(block.text for block in self.content if isinstance(block, Text))
+
+
+@frozen
+class Source:
+    """Who produced a message: the user, or a named plugin."""
+
+    kind: Literal["user", "plugin"]
+    plugin: str | None = None
+
+    @classmethod
+    def of_plugin(cls, name: str) -> Source:
+        return cls("plugin", name)
+
+
+USER = Source("user")
+
+
+class ContentError(TypeError):
+    """Content given to the API is neither a string nor a tuple of content blocks."""
+
+
+def as_content(content: str | Content | list[Block]) -> Content:
+    """Normalize what users pass to `send`/`inject`: a string or a sequence of blocks."""
+    if isinstance(content, str):
+        return (Text(content),)
+    if isinstance(content, (tuple, list)):
+        for index, block in enumerate(content):
+            if not isinstance(block, BLOCK_TYPES):
+                raise ContentError(
+                    f"content block {index} is {type(block).__name__}, "
+                    "expected Text, Reasoning, ToolCall or ToolResult"
+                )
+        return tuple(content)
+    raise ContentError(f"content must be a str or a tuple of blocks, got {type(content).__name__}")
+
+
+def as_message_tuple(messages: object, where: str) -> tuple[Message, ...]:
+    """Check a listener's result is a sequence of Message (the session-prefix contract)."""
+    if not isinstance(messages, (tuple, list)):
+        raise ContentError(f"{where} must return a tuple of Message, got {type(messages).__name__}")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise ContentError(f"{where} item {index} is {type(message).__name__}, not a Message")
+    return tuple(messages)

@@ -1,0 +1,1 @@
+"""Model providers: the seam, deterministic test providers, simulated and HTTP adapters."""

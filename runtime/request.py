@@ -1,0 +1,62 @@
+"""The frozen model request the loop builds, and its canonical digest."""
+
+from __future__ import annotations
+
+import hashlib
+
+from actorloop.codecs.converter import canonical_bytes
+from actorloop.runtime.header import EpochHeader, LlmCallConfig, ToolSchema
+from actorloop.runtime.messages import Message
+from actorloop.runtime.surface import chain_of
+from attrs import frozen
+
+
+@frozen
+class Request:
+    """Wire order: system slot, then `messages` (the session prefix, then derived history).
+
+    `prefix_length` counts the leading messages that are the session prefix, so adapters
+    can place a cache breakpoint after it. `one_shot` marks calls outside the loop's
+    reconstructable steps (e.g. the compaction summarizer).
+    """
+
+    session_id: str
+    config: LlmCallConfig
+    system: str | None
+    tools: tuple[ToolSchema, ...]
+    messages: tuple[Message, ...]
+    prefix_length: int = 0
+    one_shot: bool = False
+
+    @property
+    def model(self) -> str:
+        return self.config.model
+
+    @property
+    def prefix(self) -> tuple[Message, ...]:
+        return self.messages[: self.prefix_length]
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        return self.messages[self.prefix_length :]
+
+
+def header_part_bytes(header: EpochHeader) -> bytes:
+    """Canonical bytes of the non-message part of a request (config, system, tools)."""
+    return canonical_bytes(EpochHeader(header.config, header.system, header.tools, None))
+
+
+def request_digest(header: EpochHeader, prefix_chain: bytes, history_chain: bytes) -> str:
+    """sha256 over the header part and the hash chains of the prefix and history messages.
+
+    The chains make the digest incremental: a step hashes only messages it has not seen.
+    """
+    hasher = hashlib.sha256(header_part_bytes(header))
+    hasher.update(b"\x00prefix\x00" + prefix_chain)
+    hasher.update(b"\x00history\x00" + history_chain)
+    return hasher.hexdigest()
+
+
+def digest_of(header: EpochHeader, prefix: tuple[Message, ...], history: tuple[Message, ...]) -> str:
+    """The same digest computed from scratch (offline verification)."""
+    return request_digest(header, chain_of(prefix), chain_of(history))

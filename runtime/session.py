@@ -1,0 +1,361 @@
+"""`Session`: the validated append-only event log with its surface, derivation and header fold.
+
+Appends are synchronous and transactional; forks share the parent's events structurally.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from actorloop.codecs.converter import structure_as, unstructure
+from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_json, freeze_object
+from actorloop.runtime.errors import (
+    HeaderFoldError,
+    SessionForkError,
+    SessionValidationError,
+)
+from actorloop.runtime.events import (
+    DATA_BY_TYPE,
+    SURFACE_TYPES,
+    TYPE_BY_DATA,
+    AssistantMessage,
+    EventData,
+    IgnorableData,
+    SessionEvent,
+    SurfaceOp,
+    TurnEnd,
+)
+from actorloop.runtime.header import EpochHeader
+from actorloop.runtime.header_algebra import HeaderFold
+from actorloop.runtime.messages import Message
+from actorloop.runtime.structure import TurnStructure
+from actorloop.runtime.surface import SurfaceFold
+from attrs import field, frozen
+
+log = logging.getLogger("actorloop.session")
+
+FORMAT_VERSION = 1
+
+SessionObserver = Callable[[SessionEvent], None]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@frozen
+class SessionMeta:
+    id: str
+    created_at: int = field(factory=now_ms)
+    parent_session: str | None = None
+    seed_length: int | None = None
+    version: int = FORMAT_VERSION
+    labels: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+
+
+class EventLog:
+    """Append-only event storage; a fork points at its parent's storage instead of copying.
+
+    The parent's list only ever grows, so `parent[0:base_len]` stays valid forever.
+    """
+
+    __slots__ = ("_base", "_base_len", "_own", "_snapshot")
+
+    def __init__(self, base: EventLog | None = None, base_len: int = 0) -> None:
+        self._base = base
+        self._base_len = base_len
+        self._own: list[SessionEvent] = []
+        self._snapshot: tuple[SessionEvent, ...] | None = None
+
+    def __len__(self) -> int:
+        return self._base_len + len(self._own)
+
+    def __getitem__(self, index: int) -> SessionEvent:
+        if index < 0:
+            index += len(self)
+        if index < self._base_len:
+            assert self._base is not None
+            return self._base[index]
+        return self._own[index - self._base_len]
+
+    def __iter__(self) -> Iterator[SessionEvent]:
+        if self._base is not None:
+            for index in range(self._base_len):
+                yield self._base[index]
+        yield from self._own
+
+    def append(self, event: SessionEvent) -> None:
+        self._own.append(event)
+        self._snapshot = None
+
+    def snapshot(self) -> tuple[SessionEvent, ...]:
+        if self._snapshot is None:
+            if self._base is None:
+                self._snapshot = tuple(self._own)
+            else:
+                self._snapshot = self._base.snapshot()[: self._base_len] + tuple(self._own)
+        return self._snapshot
+
+    def since(self, start: int) -> list[SessionEvent]:
+        """Events from `start` to the end (used to hand new events to the store)."""
+        if start >= self._base_len:
+            return self._own[start - self._base_len :]
+        return [self[index] for index in range(start, len(self))]
+
+
+def _check_envelope(event: SessionEvent, expected_seq: int) -> None:
+    def fail(rule: str) -> SessionValidationError:
+        return SessionValidationError(expected_seq, f"{event.type}: {rule}")
+
+    if event.seq != expected_seq:
+        raise fail(f"seq {event.seq} is not the next index {expected_seq}")
+    if isinstance(event.time, bool) or not isinstance(event.time, int) or event.time < 0:
+        raise fail(f"time must be an int >= 0 (epoch ms), got {event.time!r}")
+    if event.ignorable or isinstance(event.data, IgnorableData):
+        if not (event.ignorable and isinstance(event.data, IgnorableData)):
+            raise fail("only unknown event types marked ignorable carry opaque data")
+        if event.surface_op is not None or event.source_event_seqs is not None:
+            raise fail("an ignorable event takes no part in the surface")
+        return
+    expected = DATA_BY_TYPE.get(event.type)
+    if expected is None:
+        raise fail("unknown event type (not marked ignorable)")
+    if type(event.data) is not expected:
+        raise fail(f"data must be {expected.__name__}, got {type(event.data).__name__}")
+    surface = event.type in SURFACE_TYPES
+    if surface and event.surface_op is None:
+        raise fail("surface_op is required on surface events")
+    if not surface and event.surface_op is not None:
+        raise fail("surface_op is forbidden on non-surface events")
+    seqs = event.source_event_seqs
+    if seqs is None:
+        return
+    if not surface:
+        raise fail("source_event_seqs are allowed only on surface events")
+    if not seqs and not isinstance(event.data, AssistantMessage):
+        raise fail("source_event_seqs must be non-empty")
+    if len(set(seqs)) != len(seqs):
+        raise fail("source_event_seqs must be unique")
+    for seq in seqs:
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < expected_seq:
+            raise fail(f"source_event_seqs entry {seq!r} does not refer to an earlier event")
+
+
+class _State:
+    """Everything folded from the log; replaceable as a unit so appends stay transactional."""
+
+    __slots__ = ("header", "structure", "surface")
+
+    def __init__(self) -> None:
+        self.structure = TurnStructure()
+        self.surface = SurfaceFold()
+        self.header = HeaderFold()
+
+
+class Session:
+    """One conversation's append-only log. The loop that owns it is its only writer."""
+
+    def __init__(self, meta: SessionMeta, log: EventLog | None = None) -> None:
+        self.meta = meta
+        self._log = log if log is not None else EventLog()
+        self._state: _State | None = _State() if log is None else None
+        self._observers: list[SessionObserver] = []
+
+    # construction ---------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    @classmethod
+    def create(cls, session_id: str, meta: SessionMeta | Mapping[str, Any] | None = None) -> Session:
+        return cls(_make_meta(session_id, meta))
+
+    @classmethod
+    def from_events(
+        cls,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        meta: SessionMeta | Mapping[str, Any] | None = None,
+    ) -> Session:
+        """Seed (or load) a session: every event is re-validated as if appended."""
+        session = cls(_make_meta(session_id, meta))
+        for event in events:
+            session._commit(event, check_json=False)
+        return session
+
+    # reading --------------------------------------------------------------------------
+
+    @property
+    def events(self) -> tuple[SessionEvent, ...]:
+        return self._log.snapshot()
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def event(self, seq: int) -> SessionEvent:
+        return self._log[seq]
+
+    def events_since(self, start: int) -> list[SessionEvent]:
+        return self._log.since(start)
+
+    def derive_messages(self) -> tuple[Message, ...]:
+        return self._folded().surface.messages()
+
+    def header(self) -> EpochHeader | None:
+        return self._folded().header.current
+
+    @property
+    def surface(self) -> tuple[int, ...]:
+        return self._folded().surface.nodes
+
+    @property
+    def surface_fold(self) -> SurfaceFold:
+        return self._folded().surface
+
+    @property
+    def replace_generation(self) -> int:
+        return self._folded().surface.generation
+
+    @property
+    def open_turn(self) -> int | None:
+        return self._folded().structure.open_turn
+
+    @property
+    def open_step(self) -> int | None:
+        return self._folded().structure.open_step
+
+    @property
+    def last_turn(self) -> int:
+        return self._folded().structure.last_turn
+
+    def history_chain(self) -> bytes:
+        return self._folded().surface.history_chain()
+
+    # observers ------------------------------------------------------------------------
+
+    def observe(self, observer: SessionObserver) -> Callable[[], None]:
+        """Call `observer(event)` synchronously after each append; returns an unsubscribe."""
+        self._observers.append(observer)
+
+        def unsubscribe() -> None:
+            if observer in self._observers:
+                self._observers.remove(observer)
+
+        return unsubscribe
+
+    # writing --------------------------------------------------------------------------
+
+    def append(
+        self,
+        type: str,
+        data: EventData | Mapping[str, Any],
+        *,
+        surface_op: SurfaceOp | None = None,
+        source_event_seqs: Iterable[int] | None = None,
+        time: int | None = None,
+    ) -> SessionEvent:
+        """Validate and append one event; a rejected append changes nothing."""
+        seq = len(self._log)
+        cls = DATA_BY_TYPE.get(type)
+        if cls is None:
+            raise SessionValidationError(seq, f"unknown event type {type!r}")
+        if not isinstance(data, cls):
+            if not isinstance(data, Mapping):
+                raise SessionValidationError(
+                    seq, f"{type}: data must be {cls.__name__} or a mapping, got {type_name(data)}"
+                )
+            data = structure_as(freeze_json(dict(data), "$.data"), cls)
+        seqs = None if source_event_seqs is None else tuple(source_event_seqs)
+        event = SessionEvent(
+            type, seq, now_ms() if time is None else time, data, seqs, surface_op  # type: ignore[arg-type]
+        )
+        return self._commit(event, check_json=True)
+
+    def append_event(self, event: SessionEvent) -> SessionEvent:
+        """Append an already-built event (its seq must be the next index)."""
+        return self._commit(event, check_json=True)
+
+    def _commit(self, event: SessionEvent, *, check_json: bool) -> SessionEvent:
+        state = self._folded()
+        seq = len(self._log)
+        _check_envelope(event, seq)
+        if check_json and not isinstance(event.data, IgnorableData):
+            freeze_json(unstructure(event.data), f"$[{seq}].data")
+        state.structure.check(event)
+        state.surface.check(event, self._log.__getitem__)
+        if TYPE_BY_DATA.get(type(event.data)) in ("request/header", "request/header-delta"):
+            try:
+                state.header.preview(event)
+            except HeaderFoldError as exc:
+                raise SessionValidationError(seq, str(exc)) from exc
+        # All checks passed: commit without any further possibility of failure.
+        self._log.append(event)
+        state.structure.advance(event)
+        if event.surface_op is not None:
+            state.surface.apply(event)
+        state.header.feed(event)
+        for observer in tuple(self._observers):
+            try:
+                observer(event)
+            except Exception:
+                log.exception("session/event observer failed for %s seq %d", event.type, seq)
+        return event
+
+    # fork -----------------------------------------------------------------------------
+
+    def fork(self, boundary: int | None = None, child_id: str | None = None) -> Session:
+        """A child seeded with `events[0..boundary]` (inclusive), sharing them structurally."""
+        length = len(self._log)
+        if boundary is None:
+            if length == 0 or not isinstance(self._log[length - 1].data, TurnEnd):
+                raise SessionForkError(
+                    "OPEN_TURN", f"session {self.id!r} has an open turn; pass a turn/end boundary"
+                )
+            boundary = length - 1
+        if isinstance(boundary, bool) or not isinstance(boundary, int) or not 0 <= boundary < length:
+            raise SessionForkError(
+                "INVALID_BOUNDARY", f"boundary {boundary!r} is not a seq of {self.id!r} (0..{length - 1})"
+            )
+        if not isinstance(self._log[boundary].data, TurnEnd):
+            raise SessionForkError(
+                "INVALID_BOUNDARY",
+                f"boundary {boundary} is a {self._log[boundary].type}, not a turn/end",
+            )
+        child_id = child_id or new_session_id()
+        if child_id == self.id:
+            raise SessionForkError("SESSION_ALREADY_EXISTS", f"child id {child_id!r} is the parent's")
+        meta = SessionMeta(child_id, parent_session=self.id, seed_length=boundary + 1)
+        return Session(meta, EventLog(self._log, boundary + 1))
+
+    def _folded(self) -> _State:
+        """The folded state; a forked child replays its shared seed on first use."""
+        if self._state is None:
+            state = _State()
+            for event in self._log:
+                state.structure.advance(event)
+                if event.surface_op is not None:
+                    state.surface.apply(event)
+                state.header.feed(event)
+            self._state = state
+        return self._state
+
+
+def type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _make_meta(session_id: str, meta: SessionMeta | Mapping[str, Any] | None) -> SessionMeta:
+    if isinstance(meta, SessionMeta):
+        if meta.id != session_id:
+            raise ValueError(f"meta id {meta.id!r} differs from session id {session_id!r}")
+        return meta
+    return SessionMeta(session_id, labels=freeze_object(meta or {}, "$.meta"))
