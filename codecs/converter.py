@@ -68,9 +68,7 @@ def _structure_float(value: Any, _: type) -> float:
 
 
 def _build_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(
-        omit_if_default=True, forbid_extra_keys=True, detailed_validation=False
-    )
+    conv = cattrs.Converter(omit_if_default=True, forbid_extra_keys=True, detailed_validation=False)
     conv.register_structure_hook(str, _strict(str, lambda v: isinstance(v, str)))
     conv.register_structure_hook(bool, _strict(bool, lambda v: isinstance(v, bool)))
     conv.register_structure_hook(
@@ -80,7 +78,10 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(FrozenDict, lambda v, _: freeze_object(v))
     conv.register_unstructure_hook(FrozenDict, lambda v: v)
     configure_tagged_union(
-        Block, conv, tag_generator=BLOCK_TAGS.__getitem__, tag_name="type"  # type: ignore[arg-type]
+        Block,
+        conv,
+        tag_generator=BLOCK_TAGS.__getitem__,
+        tag_name="type",  # type: ignore[arg-type]
     )
     configure_tagged_union(
         StreamChunk,  # type: ignore[arg-type]
@@ -89,7 +90,10 @@ def _build_converter() -> cattrs.Converter:
         tag_name="type",
     )
     configure_tagged_union(
-        SurfaceOp, conv, tag_generator=OP_TAGS.__getitem__, tag_name="op"  # type: ignore[arg-type]
+        SurfaceOp,
+        conv,
+        tag_generator=OP_TAGS.__getitem__,
+        tag_name="op",  # type: ignore[arg-type]
     )
     return conv
 

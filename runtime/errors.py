@@ -105,4 +105,6 @@ class ProviderError(ActorloopError):
 
 class ScriptExhausted(ProviderError):
     def __init__(self, calls: int) -> None:
-        super().__init__(f"ScriptedProvider script exhausted after {calls} calls", "SCRIPT_EXHAUSTED")
+        super().__init__(
+            f"ScriptedProvider script exhausted after {calls} calls", "SCRIPT_EXHAUSTED"
+        )

@@ -72,10 +72,7 @@ def diff_system(old: str | None, new: str | None) -> SystemPatch:
     while keep_start < limit and a[keep_start] == b[keep_start]:
         keep_start += 1
     keep_end = 0
-    while (
-        keep_end < limit - keep_start
-        and a[len(a) - 1 - keep_end] == b[len(b) - 1 - keep_end]
-    ):
+    while keep_end < limit - keep_start and a[len(a) - 1 - keep_end] == b[len(b) - 1 - keep_end]:
         keep_end += 1
     return SystemPatch(keep_start, keep_end, tuple(b[keep_start : len(b) - keep_end]))
 
@@ -103,7 +100,8 @@ def diff_tools(
         changed=tuple(
             tool
             for tool in new_tools
-            if tool.name in old_by_name and canonical_bytes(old_by_name[tool.name]) != canonical_bytes(tool)
+            if tool.name in old_by_name
+            and canonical_bytes(old_by_name[tool.name]) != canonical_bytes(tool)
         ),
     )
 

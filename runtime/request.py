@@ -57,6 +57,8 @@ def request_digest(header: EpochHeader, prefix_chain: bytes, history_chain: byte
     return hasher.hexdigest()
 
 
-def digest_of(header: EpochHeader, prefix: tuple[Message, ...], history: tuple[Message, ...]) -> str:
+def digest_of(
+    header: EpochHeader, prefix: tuple[Message, ...], history: tuple[Message, ...]
+) -> str:
     """The same digest computed from scratch (offline verification)."""
     return request_digest(header, chain_of(prefix), chain_of(history))

@@ -172,7 +172,9 @@ class Session:
         return self.meta.id
 
     @classmethod
-    def create(cls, session_id: str, meta: SessionMeta | Mapping[str, Any] | None = None) -> Session:
+    def create(
+        cls, session_id: str, meta: SessionMeta | Mapping[str, Any] | None = None
+    ) -> Session:
         return cls(_make_meta(session_id, meta))
 
     @classmethod
@@ -272,7 +274,12 @@ class Session:
             data = structure_as(freeze_json(dict(data), "$.data"), cls)
         seqs = None if source_event_seqs is None else tuple(source_event_seqs)
         event = SessionEvent(
-            type, seq, now_ms() if time is None else time, data, seqs, surface_op  # type: ignore[arg-type]
+            type,
+            seq,
+            now_ms() if time is None else time,
+            data,
+            seqs,
+            surface_op,  # type: ignore[arg-type]
         )
         return self._commit(event, check_json=True)
 
@@ -317,9 +324,14 @@ class Session:
                     "OPEN_TURN", f"session {self.id!r} has an open turn; pass a turn/end boundary"
                 )
             boundary = length - 1
-        if isinstance(boundary, bool) or not isinstance(boundary, int) or not 0 <= boundary < length:
+        if (
+            isinstance(boundary, bool)
+            or not isinstance(boundary, int)
+            or not 0 <= boundary < length
+        ):
             raise SessionForkError(
-                "INVALID_BOUNDARY", f"boundary {boundary!r} is not a seq of {self.id!r} (0..{length - 1})"
+                "INVALID_BOUNDARY",
+                f"boundary {boundary!r} is not a seq of {self.id!r} (0..{length - 1})",
             )
         if not isinstance(self._log[boundary].data, TurnEnd):
             raise SessionForkError(
@@ -328,7 +340,9 @@ class Session:
             )
         child_id = child_id or new_session_id()
         if child_id == self.id:
-            raise SessionForkError("SESSION_ALREADY_EXISTS", f"child id {child_id!r} is the parent's")
+            raise SessionForkError(
+                "SESSION_ALREADY_EXISTS", f"child id {child_id!r} is the parent's"
+            )
         meta = SessionMeta(child_id, parent_session=self.id, seed_length=boundary + 1)
         return Session(meta, EventLog(self._log, boundary + 1))
 

@@ -82,7 +82,7 @@ class TurnStructure:
                 raise self._fail(event, f"step {self.open_step} is still open (no nesting)")
             if data.step != self.last_step + 1:
                 raise self._fail(event, f"step {data.step} does not follow step {self.last_step}")
-        elif isinstance(data, StepEnd) or isinstance(data, (AssistantChunk, AssistantMessage)):
+        elif isinstance(data, (StepEnd, AssistantChunk, AssistantMessage)):
             self._need_step(event, data.turn, data.step)
         elif isinstance(data, ToolCallEvent):
             self._need_step(event, data.turn, data.step)
@@ -100,7 +100,7 @@ class TurnStructure:
                 raise self._fail(
                     event, f"no earlier tool/call with id {data.call_id!r} in this step"
                 )
-        elif isinstance(data, SteeringMessage) or isinstance(data, (CompactionStart, CompactionEnd)):
+        elif isinstance(data, (SteeringMessage, CompactionStart, CompactionEnd)):
             self._need_turn(event, data.turn)
         else:
             self._need_turn(event)

@@ -54,7 +54,15 @@ def chain_of(messages: tuple[Message, ...] | list[Message]) -> bytes:
 class SurfaceFold:
     """Node seqs in surface order with their projections and cumulative hash chain."""
 
-    __slots__ = ("_chain", "_derived", "_messages", "_messages_nodes", "_nodes", "_pos", "generation")
+    __slots__ = (
+        "_chain",
+        "_derived",
+        "_messages",
+        "_messages_nodes",
+        "_nodes",
+        "_pos",
+        "generation",
+    )
 
     def __init__(self) -> None:
         self._nodes: list[int] = []
@@ -110,7 +118,13 @@ class SurfaceFold:
                     event.seq, "tool/result replacement must rewrite exactly one tool/result node"
                 )
             new = event.data
-            if (old.data.turn, old.data.step, old.data.call_id, old.data.is_error, old.data.error) != (
+            if (
+                old.data.turn,
+                old.data.step,
+                old.data.call_id,
+                old.data.is_error,
+                old.data.error,
+            ) != (
                 new.turn,
                 new.step,
                 new.call_id,

@@ -31,9 +31,7 @@ class _Hang:
 
 HANG = _Hang()
 
-ScriptEntry: TypeAlias = (
-    Sequence[StreamChunk] | Callable[[Request], Iterable[StreamChunk]] | _Hang
-)
+ScriptEntry: TypeAlias = Sequence[StreamChunk] | Callable[[Request], Iterable[StreamChunk]] | _Hang
 
 
 def _usage_for(text_len: int) -> UsageReport:
@@ -137,7 +135,9 @@ class EchoProvider:
 
     name = "echo"
 
-    def __init__(self, *, latency: float = 0.0, echo: bool = False, context_window: int | None = None) -> None:
+    def __init__(
+        self, *, latency: float = 0.0, echo: bool = False, context_window: int | None = None
+    ) -> None:
         self.latency = latency
         self.echo = echo
         self.calls = 0
