@@ -7,11 +7,18 @@ strict: no extra keys, no type coercion, typed errors naming the seq.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import cattrs
 import orjson
-from actorloop.codecs.jsonvalue import FrozenDict, JsonValueError, canonical_json, freeze_object
+from actorloop.codecs.jsonvalue import (
+    MAX_SAFE_INT,
+    FrozenDict,
+    JsonValueError,
+    _check_scalar,
+    canonical_json,
+    freeze_object,
+)
 from actorloop.runtime.chunks import (
     BlockEnd,
     BlockStart,
@@ -31,6 +38,7 @@ from actorloop.runtime.events import (
     SessionEvent,
     SurfaceOp,
 )
+from actorloop.runtime.header import EpochHeader
 from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall, ToolResult
 from cattrs.strategies import configure_tagged_union
 
@@ -61,30 +69,58 @@ def _strict(kind: type, check: Callable[[Any], bool]) -> Callable[[Any, type], A
     return structure
 
 
+def _structure_int(value: Any, _: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected int, got {type(value).__name__} {value!r:.40}")
+    if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+        raise ValueError(f"integer {value} is outside ±(2^53−1)")
+    return value
+
+
 def _structure_float(value: Any, _: type) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"expected a number, got {type(value).__name__}")
+    # Same discipline as freeze_json (§7): no non-finite values, no negative zero.
+    _check_scalar(value, "$")
     return float(value)
+
+
+def _is_homogeneous_tuple(cls: Any) -> bool:
+    args = get_args(cls)
+    return get_origin(cls) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _strict_tuple_factory(cls: Any, conv: cattrs.Converter) -> Callable[[Any, type], Any]:
+    """`tuple[X, ...]` accepts only a JSON array (list or tuple): cattrs' default would
+    iterate any iterable, turning a string into a tuple of characters (a silent coercion)."""
+    item_type = get_args(cls)[0]
+    structure_item = conv.get_structure_hook(item_type)
+
+    def structure(value: Any, _: type) -> tuple[Any, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected an array, got {type(value).__name__} {value!r:.40}")
+        return tuple(structure_item(item, item_type) for item in value)
+
+    return structure
 
 
 def _build_converter() -> cattrs.Converter:
     conv = cattrs.Converter(omit_if_default=True, forbid_extra_keys=True, detailed_validation=False)
     conv.register_structure_hook(str, _strict(str, lambda v: isinstance(v, str)))
     conv.register_structure_hook(bool, _strict(bool, lambda v: isinstance(v, bool)))
-    conv.register_structure_hook(
-        int, _strict(int, lambda v: isinstance(v, int) and not isinstance(v, bool))
-    )
+    conv.register_structure_hook(int, _structure_int)
     conv.register_structure_hook(float, _structure_float)
+    conv.register_structure_hook_factory(_is_homogeneous_tuple, _strict_tuple_factory)
     conv.register_structure_hook(FrozenDict, lambda v, _: freeze_object(v))
     conv.register_unstructure_hook(FrozenDict, lambda v: v)
     configure_tagged_union(
         Block,
         conv,
         tag_generator=BLOCK_TAGS.__getitem__,
-        tag_name="type",  # type: ignore[arg-type]
+        tag_name="type",
     )
     configure_tagged_union(
-        StreamChunk,  # type: ignore[arg-type]
+        StreamChunk,
         conv,
         tag_generator=CHUNK_TAGS.__getitem__,
         tag_name="type",
@@ -93,8 +129,23 @@ def _build_converter() -> cattrs.Converter:
         SurfaceOp,
         conv,
         tag_generator=OP_TAGS.__getitem__,
-        tag_name="op",  # type: ignore[arg-type]
+        tag_name="op",
     )
+    # §3 canonical form: an empty system, tools or message_prefix is absent (key omitted).
+    header_hook = conv.get_unstructure_hook(EpochHeader)
+
+    def unstructure_header(header: EpochHeader) -> Any:
+        fields = (header.system, header.tools, header.message_prefix)
+        if any(value is not None and not value for value in fields):
+            header = EpochHeader(
+                header.config,
+                header.system or None,
+                header.tools or None,
+                header.message_prefix or None,
+            )
+        return header_hook(header)
+
+    conv.register_unstructure_hook(EpochHeader, unstructure_header)
     return conv
 
 
@@ -106,8 +157,8 @@ _data_unstructurers: dict[type, Callable[[Any], Any]] = {
 _data_structurers: dict[str, Callable[[Any, type], Any]] = {
     name: converter.get_structure_hook(cls) for name, cls in DATA_BY_TYPE.items()
 }
-_unstructure_op = converter.get_unstructure_hook(SurfaceOp)  # type: ignore[arg-type]
-_structure_op = converter.get_structure_hook(SurfaceOp)  # type: ignore[arg-type]
+_unstructure_op = converter.get_unstructure_hook(SurfaceOp)
+_structure_op = converter.get_structure_hook(SurfaceOp)
 
 _DECODE_FAILURES = (
     KeyError,
@@ -191,7 +242,7 @@ def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
             time=converter.structure(body["time"], int),
             data=data,
             source_event_seqs=None if seqs is None else converter.structure(seqs, tuple[int, ...]),
-            surface_op=None if op is None else _structure_op(op, SurfaceOp),  # type: ignore[arg-type]
+            surface_op=None if op is None else _structure_op(op, SurfaceOp),
             ignorable=ignorable,
         )
     except SessionFormatError:
