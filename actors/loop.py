@@ -1,0 +1,833 @@
+"""`LoopActor`: one loop instance over one session — turns, steps, the session prefix seam,
+header recording, streaming, tools and cancellation, exactly as spec/loop.md orders them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import orjson
+import trio
+from attrs import define, evolve, field
+
+from actorloop.codecs.converter import structure_as, unstructure
+from actorloop.codecs.jsonvalue import freeze_json, freeze_object
+from actorloop.runtime.agent import Agent, AgentStatus
+from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo
+from actorloop.runtime.errors import AgentClosed, InboxFull, ProviderError
+from actorloop.runtime.events import (
+    APPEND,
+    AssistantChunk,
+    AssistantMessage,
+    ContextMessage,
+    PromptBlocked,
+    RequestHeaderEvent,
+    SessionEvent,
+    SurfaceOp,
+    StepEnd,
+    StepStart,
+    SteeringMessage,
+    ToolCallEvent,
+    ToolError,
+    ToolResultEvent,
+    Trigger,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+    UserMessage,
+)
+from actorloop.runtime.header import EpochHeader, LlmCallConfig, ToolSchema
+from actorloop.runtime.header_algebra import canonical, diff, headers_equal, order_tools
+from actorloop.runtime.hooks import (
+    HookRegistry,
+    listeners_for,
+    run_notify,
+    run_serial,
+    run_waterfall,
+)
+from actorloop.runtime.messages import (
+    Content,
+    Message,
+    Source,
+    Text,
+    ToolCall,
+    as_message_tuple,
+)
+from actorloop.runtime.options import AgentOptions, ToolContext
+from actorloop.runtime.providers.base import Provider
+from actorloop.runtime.request import Request, request_digest
+from actorloop.runtime.seams import (
+    Allow,
+    Block,
+    ContextItem,
+    Continuation,
+    Deny,
+    PreStep,
+    PromptSubmit,
+    RequestFailure,
+    ToolCallInfo,
+    ToolOutcome,
+    TurnResult,
+)
+from actorloop.runtime.session import Session
+from actorloop.runtime.surface import chain_of
+
+log = logging.getLogger("actorloop.loop")
+
+Persist = Callable[[str, Sequence[SessionEvent]], Awaitable[None]]
+ItemKind = Literal["message", "injection", "compaction"]
+SessionStartKind = Literal["startup", "resume", "fork"]
+
+
+class Compactor(Protocol):
+    """The compaction gate the loop consults at `agent/pre-step` (and on overflow)."""
+
+    async def compact_if_needed(
+        self,
+        loop: LoopActor,
+        full_system_prompt: str,
+        session_prefix: tuple[Message, ...],
+        cancel: trio.CancelScope,
+    ) -> None: ...
+
+    async def compact_now(
+        self,
+        loop: LoopActor,
+        full_system_prompt: str,
+        session_prefix: tuple[Message, ...],
+        cancel: trio.CancelScope,
+        *,
+        retain_zero: bool = False,
+    ) -> bool: ...
+
+
+@define
+class TurnItem:
+    """One queued unit of work: one item = one turn."""
+
+    kind: ItemKind
+    content: Content
+    source: Source
+    meta: Any = None
+    done: trio.Event = field(factory=trio.Event)
+    result: TurnResult | None = None
+
+    def resolve(self, result: TurnResult) -> None:
+        if self.result is None:
+            self.result = result
+            self.done.set()
+
+
+@define
+class _StepState:
+    """What the cleanup after a cancel or error needs to know about the open step."""
+
+    turn: int
+    step: int
+    requested: tuple[ToolCall, ...] = ()
+    logged_calls: dict[str, int] = field(factory=dict)
+    answered: set[str] = field(factory=set)
+    started: set[str] = field(factory=set)
+    finished: dict[str, ToolOutcome] = field(factory=dict)
+
+
+class _TurnRejected(Exception):
+    def __init__(self, reason: TurnEndReason) -> None:
+        self.reason = reason
+
+
+def _render_system(base: str | None, sections: object) -> str:
+    if not isinstance(sections, tuple) or not all(isinstance(s, str) for s in sections):
+        raise TypeError("system-prompt/assemble listeners must return a tuple of str")
+    return "\n\n".join(part for part in (base or "", *sections) if part)
+
+
+def _tool_text(output: object) -> tuple[Text, ...]:
+    if isinstance(output, str):
+        return (Text(output),)
+    if isinstance(output, (tuple, list)) and all(isinstance(b, Text) for b in output):
+        return tuple(output)
+    raise TypeError(f"tool returned {type(output).__name__}; expected str or a tuple of Text")
+
+
+def _error_result_text(message: str) -> tuple[Text, ...]:
+    return (Text(message),)
+
+
+class LoopActor:
+    """The only writer of its session. Its inbox is a bounded memory channel of turn items."""
+
+    def __init__(
+        self,
+        *,
+        session: Session,
+        options: AgentOptions,
+        provider: Provider,
+        global_hooks: HookRegistry,
+        persist: Persist,
+        compactor: Compactor | None,
+        origin: SessionStartKind,
+        on_finished: Callable[[LoopActor], None] = lambda _loop: None,
+    ) -> None:
+        self.session = session
+        self.options = options
+        self.provider = provider
+        self.origin = origin
+        self._global_hooks = global_hooks
+        self._persist = persist
+        self._compactor = compactor
+        self._on_finished = on_finished
+        self.agent = Agent(session, options, self)
+        self.status: AgentStatus = "idle"
+        self.current_tools: tuple[ToolSchema, ...] = ()
+        self.session_prefix: tuple[Message, ...] | None = None
+        self._prefix_chain = b""
+        self.logged_header = False
+        self._persisted = len(session)
+        self._inbox_send, self._inbox_recv = trio.open_memory_channel[TurnItem](
+            options.inbox_capacity
+        )
+        self._steering: list[tuple[Content, Source]] = []
+        self._turn_scope: trio.CancelScope | None = None
+        self._turn_number: int | None = None
+        self._cancel_reason: str | None = None
+        self._disposing = False
+        self._closed = False
+        self._idle = trio.Event()
+        self._idle.set()
+        self._finished = trio.Event()
+        self._step_state: _StepState | None = None
+        self._tool_batch: list[ContextItem] | None = None
+        self._pending_contexts: list[ContextItem] = []
+        self._outstanding = 0
+        self._current_item: TurnItem | None = None
+        self.failure: BaseException | None = None
+
+    # ------------------------------------------------------------------ public surface
+
+    async def send(self, content: Content, source: Source) -> TurnResult:
+        return await self._submit(TurnItem("message", content, source))
+
+    def steer(self, content: Content, source: Source) -> None:
+        self._refuse_if_closed()
+        if self._turn_scope is not None:
+            self._steering.append((content, source))
+        else:
+            self._enqueue_nowait(TurnItem("message", content, source))
+
+    def inject(self, content: Content, source: Source, meta: Mapping[str, Any] | None) -> None:
+        self._refuse_if_closed()
+        frozen_meta = None if meta is None else freeze_object(meta, "$.meta")
+        freeze_json(unstructure(content), "$.content")
+        item = ContextItem(content, source, frozen_meta)
+        if self._turn_number is not None and self.session.open_turn is not None:
+            if self._tool_batch is not None:
+                self._tool_batch.append(item)
+            else:
+                self._append_context(item)
+        else:
+            self._enqueue_nowait(TurnItem("injection", content, source, frozen_meta))
+
+    def cancel(self, reason: str | None, keep_inbox: bool) -> None:
+        if not keep_inbox:
+            self._discard_queued()
+        scope = self._turn_scope
+        if scope is not None:
+            if self._cancel_reason is None:
+                self._cancel_reason = reason
+            scope.cancel()
+
+    async def dispose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._disposing = True
+            self._discard_queued()
+            if self._turn_scope is not None:
+                self._turn_scope.cancel()
+            self._inbox_send.close()
+        await self._finished.wait()
+
+    async def wait_idle(self) -> None:
+        """Return once no turn is running and nothing is queued."""
+        while self._outstanding:
+            await self._idle.wait()
+
+    async def compact(self) -> TurnResult:
+        return await self._submit(TurnItem("compaction", (), Source.of_plugin("compaction")))
+
+    # ------------------------------------------------------------------ hooks
+
+    def _chain(self, name: str) -> tuple[Any, ...]:
+        return listeners_for(name, self._global_hooks, self.agent.hooks)
+
+    async def _waterfall(self, name: str, value: Any) -> Any:
+        return await run_waterfall(name, self._chain(name), self.agent, value)
+
+    def notify(self, name: str, value: Any) -> None:
+        chain = self._chain(name)
+        if chain:
+            run_notify(name, chain, self.agent, value)
+
+    def _set_status(self, status: AgentStatus) -> None:
+        if self.status != status:
+            self.status = status
+            self.notify("agent/status", status)
+
+    # ------------------------------------------------------------------ inbox
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise AgentClosed(f"agent {self.session.id!r} is {self.status}; it takes no more work")
+
+    async def _submit(self, item: TurnItem) -> TurnResult:
+        self._refuse_if_closed()
+        self._work_added()
+        try:
+            await self._inbox_send.send(item)
+        except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
+            self._work_done()
+            raise AgentClosed(f"agent {self.session.id!r} is {self.status}") from exc
+        except BaseException:
+            self._work_done()
+            raise
+        await item.done.wait()
+        assert item.result is not None
+        return item.result
+
+    def _enqueue_nowait(self, item: TurnItem) -> None:
+        self._work_added()
+        try:
+            self._inbox_send.send_nowait(item)
+        except trio.WouldBlock as exc:
+            self._work_done()
+            raise InboxFull(f"inbox of agent {self.session.id!r} is full") from exc
+
+    def _work_added(self) -> None:
+        if self._outstanding == 0:
+            self._idle = trio.Event()
+        self._outstanding += 1
+
+    def _work_done(self) -> None:
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._idle.set()
+
+    def _finish_item(self, item: TurnItem, result: TurnResult) -> None:
+        if item.result is None:
+            item.resolve(result)
+            self._work_done()
+
+    def _discard_queued(self) -> None:
+        self._steering.clear()
+        while True:
+            try:
+                item = self._inbox_recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            self._finish_item(item, TurnResult(None, "discarded"))
+
+    # ------------------------------------------------------------------ actor body
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The actor's task: one turn per inbox item until disposed.
+
+        A crash is contained here (the supervisor's policy): the agent is marked failed and
+        reported; sibling loops keep running and the session stays resumable.
+        """
+        self.notify("agent/session-start", self.origin)
+        task_status.started()
+        try:
+            async with self._inbox_recv:
+                async for item in self._inbox_recv:
+                    self._current_item = item
+                    await self._run_item(item)
+                    self._current_item = None
+        except Exception as exc:
+            self.failure = exc
+            self._closed = True
+            self._set_status("failed")
+            log.error("loop of session %s failed: %r", self.session.id, exc)
+            self.notify("agent/error", exc)
+        finally:
+            self._closed = True
+            if self._current_item is not None:
+                self._finish_item(
+                    self._current_item,
+                    TurnResult(self._turn_number, "error", f"agent failed: {self.failure!r}"),
+                )
+            self._discard_queued()
+            if self.status != "failed":
+                self._set_status("disposed")
+            self._finished.set()
+            self._on_finished(self)
+
+    async def _run_item(self, item: TurnItem) -> None:
+        # No checkpoint between receiving the item and owning its scope, so cancel() always
+        # finds either nothing (the item still queued) or this scope.
+        scope = trio.CancelScope()
+        self._turn_scope = scope
+        self._cancel_reason = None
+        self._set_status("running")
+        turn = self.session.last_turn + 1
+        self._turn_number = turn
+        trigger_kind = "message" if item.kind == "message" else item.kind
+        self._append("turn/start", TurnStart(turn, Trigger(trigger_kind, item.source)))
+        reason: TurnEndReason | None = None
+        error: BaseException | None = None
+        try:
+            with scope:
+                try:
+                    reason = await self._turn_body(item, turn)
+                except _TurnRejected as rejected:
+                    reason = rejected.reason
+                except Exception as exc:
+                    error = exc
+                    reason = TurnEndReason(
+                        "error",
+                        step=self._step_state.step if self._step_state else 0,
+                        message=f"{type(exc).__name__}: {exc}",
+                        code=getattr(exc, "code", None),
+                    )
+        finally:
+            # Retire the scope first: a cancel from here on does nothing to this turn.
+            self._turn_scope = None
+            if scope.cancel_called or reason is None:
+                kind = "disposed" if self._disposing or reason is None else "aborted"
+                reason = TurnEndReason(kind, reason=self._cancel_reason)
+            elif error is not None:
+                log.warning("turn %d of %s failed: %r", turn, self.session.id, error)
+                self.notify("agent/error", error)
+            with trio.CancelScope(shield=True):
+                self._close_open_step()
+                self._append("turn/end", TurnEnd(turn, reason))
+                self._turn_number = None
+                await self._flush()
+        if self._outstanding <= 1 and not self._steering:
+            self._set_status("idle")
+        self._finish_item(item, TurnResult(turn, reason.kind, reason.message or reason.reason))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ appends
+
+    def append(
+        self,
+        event_type: str,
+        data: Any,
+        *,
+        surface_op: SurfaceOp | None = None,
+        sources: tuple[int, ...] | None = None,
+    ) -> SessionEvent:
+        """Append to the session and notify `session/event` listeners right after."""
+        event = self.session.append(
+            event_type, data, surface_op=surface_op, source_event_seqs=sources
+        )
+        chain = self._chain("session/event")
+        if chain:
+            run_notify("session/event", chain, self.agent, event)
+        return event
+
+    def _append(
+        self,
+        event_type: str,
+        data: Any,
+        *,
+        surface: bool = False,
+        sources: tuple[int, ...] | None = None,
+    ) -> SessionEvent:
+        return self.append(
+            event_type, data, surface_op=APPEND if surface else None, sources=sources
+        )
+
+    def _append_context(self, item: ContextItem | str) -> None:
+        if isinstance(item, str):
+            item = ContextItem((Text(item),))
+        content = (Text(item.content),) if isinstance(item.content, str) else item.content
+        self._append(
+            "context/message", ContextMessage(content, item.source, item.meta), surface=True
+        )
+
+    async def flush(self) -> None:
+        """Barrier: everything appended so far is durable when this returns."""
+        await self._flush()
+
+    async def _flush(self) -> None:
+        events = self.session.events_since(self._persisted)
+        self._persisted = len(self.session)
+        await self._persist(self.session.id, events)
+
+    # ------------------------------------------------------------------ the turn
+
+    async def _turn_body(self, item: TurnItem, turn: int) -> TurnEndReason:
+        self._step_state = None
+        if item.kind == "injection":
+            self._append_context(ContextItem(item.content, item.source, item.meta))
+            return TurnEndReason("completed")
+        if item.kind == "compaction":
+            await self._manual_compaction()
+            return TurnEndReason("completed")
+        await self._submit_prompt(item, turn)
+        step = 0
+        while True:
+            step += 1
+            outcome = await self._step(turn, step)
+            if outcome is not None:
+                return outcome
+
+    async def _submit_prompt(self, item: TurnItem, turn: int) -> None:
+        decision = await self._waterfall(
+            "prompt/submit", PromptSubmit(turn, item.content, item.source)
+        )
+        await trio.lowlevel.checkpoint()
+        if isinstance(decision, PromptSubmit):
+            decision = Allow(decision.content if decision.content != item.content else None)
+        if isinstance(decision, Block):
+            self._append(
+                "prompt/blocked", PromptBlocked(item.content, item.source, decision.reason)
+            )
+            raise _TurnRejected(TurnEndReason("rejected", reason=decision.reason))
+        if not isinstance(decision, Allow):
+            raise TypeError(f"prompt/submit returned {type(decision).__name__}, not Allow/Block")
+        content = decision.content if decision.content is not None else item.content
+        self._append("user/message", UserMessage(content, item.source), surface=True)
+        for extra in decision.additional_context:
+            self._append_context(extra)
+
+    async def _assemble(self) -> tuple[str, tuple[ToolSchema, ...]]:
+        sections = await self._waterfall("system-prompt/assemble", ())
+        system = _render_system(self.options.system, sections)
+        tools = order_tools((tool.schema for tool in self.options.tools), self.options.tool_order)
+        self.current_tools = tools
+        return system, tools
+
+    async def _compose_prefix(self) -> tuple[Message, ...]:
+        composed = await self._waterfall("agent/session-prefix", ())
+        # A listener may have cancelled and returned normally: this checkpoint raises, and the
+        # composition is dropped before anything caches, logs or sends it.
+        await trio.lowlevel.checkpoint()
+        messages = as_message_tuple(composed, "agent/session-prefix")
+        detached = structure_as(
+            freeze_json(unstructure(messages), "$.session_prefix"), tuple[Message, ...]
+        )
+        return tuple(detached)
+
+    async def _step(self, turn: int, step: int) -> TurnEndReason | None:
+        for content, source in self._steering:
+            self._append("steering/message", SteeringMessage(turn, content, source), surface=True)
+        self._steering.clear()
+
+        system, tools = await self._assemble()
+        await trio.lowlevel.checkpoint()
+
+        if self.session_prefix is None:
+            self.session_prefix = await self._compose_prefix()
+            self._prefix_chain = chain_of(self.session_prefix)
+        prefix = self.session_prefix
+
+        await run_serial(
+            self._chain("agent/pre-step"), self.agent, PreStep(turn, step, system, prefix)
+        )
+        if self._compactor is not None and self.options.compaction.auto:
+            await self._compactor.compact_if_needed(self, system, prefix, self._require_scope())
+        await trio.lowlevel.checkpoint()
+
+        boundary = self.session.derive_messages()
+        history_chain = self.session.history_chain()
+        self._append("step/start", StepStart(turn, step))
+        state = self._step_state = _StepState(turn, step)
+        await trio.lowlevel.checkpoint()
+
+        seed = self.options.call_config() if not self.logged_header else self._folded_config()
+        config = await self._waterfall("agent/request", seed)
+        if not isinstance(config, LlmCallConfig):
+            raise TypeError(f"agent/request returned {type(config).__name__}, not LlmCallConfig")
+        await trio.lowlevel.checkpoint()
+
+        header = canonical(EpochHeader(config, system, tools, prefix))
+        self._record_header(header)
+        request = Request(
+            self.session.id,
+            config,
+            header.system,
+            header.tools or (),
+            prefix + boundary,
+            len(prefix),
+        )
+        digest = request_digest(header, self._prefix_chain, history_chain)
+        await self._flush()
+
+        assembler = ChunkAssembler()
+        chunk_seqs: list[int] = []
+        failure: ErrorInfo | None = None
+        try:
+            async for chunk in self.provider.stream(request):
+                chunk_seqs.append(
+                    self._append("assistant/chunk", AssistantChunk(turn, step, chunk)).seq
+                )
+                assembler.feed(chunk)
+                await trio.lowlevel.checkpoint()
+        except ProviderError as exc:
+            failure = ErrorInfo(str(exc), exc.code)
+        if failure is None:
+            finish = assembler.finish
+            if finish is None:
+                failure = ErrorInfo(
+                    "provider stream ended without a finish chunk", "STREAM_INCOMPLETE"
+                )
+            elif finish.kind == "error":
+                failure = finish.error or ErrorInfo("provider reported an error", "PROVIDER_ERROR")
+        if failure is not None:
+            return await self._request_failed(state, failure)
+
+        assert assembler.finish is not None
+        max_tokens = assembler.finish.kind == "max-tokens"
+        content = assembler.content(drop_tool_calls=max_tokens)
+        self._append(
+            "assistant/message",
+            AssistantMessage(
+                turn, step, content, self.provider.name, config.model, assembler.usage, digest
+            ),
+            surface=True,
+            sources=tuple(chunk_seqs),
+        )
+        state.requested = tuple(block for block in content if isinstance(block, ToolCall))
+        await trio.lowlevel.checkpoint()
+        if max_tokens:
+            self._end_step()
+            return TurnEndReason("max-tokens")
+
+        if state.requested:
+            await self._run_tools(state)
+
+        self._end_step()
+        decision = await self._waterfall(
+            "agent/turn-continuation",
+            Continuation(
+                turn,
+                step,
+                had_tool_calls=bool(state.requested),
+                steering_pending=bool(self._steering),
+                continue_turn=bool(state.requested) or bool(self._steering),
+            ),
+        )
+        if not isinstance(decision, Continuation):
+            raise TypeError("agent/turn-continuation must return a Continuation")
+        await trio.lowlevel.checkpoint()
+        if not decision.continue_turn:
+            return TurnEndReason("completed")
+        if decision.reason:
+            self._steering.append(((Text(decision.reason),), Source.of_plugin("turn-continuation")))
+        return None
+
+    def _require_scope(self) -> trio.CancelScope:
+        assert self._turn_scope is not None
+        return self._turn_scope
+
+    def _folded_config(self) -> LlmCallConfig:
+        header = self.session.header()
+        return header.config if header is not None else self.options.call_config()
+
+    def _record_header(self, header: EpochHeader) -> None:
+        folded = self.session.header()
+        if not self.logged_header:
+            reason = "initial" if folded is None else "resume"
+            self._append("request/header", RequestHeaderEvent(header, reason))
+            self.logged_header = True
+            return
+        assert folded is not None
+        if headers_equal(folded, header):
+            return
+        delta = diff(folded, header)
+        if delta is None:
+            self._append("request/header", RequestHeaderEvent(header, "fallback"))
+        else:
+            self._append("request/header-delta", delta)
+
+    def _end_step(self) -> None:
+        state = self._step_state
+        if state is not None and self.session.open_step is not None:
+            self._append("step/end", StepEnd(state.turn, state.step))
+        self._step_state = None
+
+    async def _request_failed(self, state: _StepState, failure: ErrorInfo) -> TurnEndReason | None:
+        self._end_step()
+        decision = await self._waterfall(
+            "agent/request-error", RequestFailure(state.turn, state.step, failure, attempt=1)
+        )
+        if isinstance(decision, RequestFailure) and decision.retry:
+            await trio.lowlevel.checkpoint()
+            return None
+        return TurnEndReason("error", step=state.step, message=failure.message, code=failure.code)
+
+    # ------------------------------------------------------------------ tools
+
+    async def _run_tools(self, state: _StepState) -> None:
+        self._tool_batch = []
+        try:
+            for call in state.requested:
+                await trio.lowlevel.checkpoint()
+                await self._run_one_tool(state, call)
+        finally:
+            batch, self._tool_batch = self._tool_batch, None
+            if state.answered.issuperset(c.id for c in state.requested):
+                for item in batch:
+                    self._append_context(item)
+            else:
+                # The cancel cleanup writes the missing results first, then these contexts.
+                self._pending_contexts = batch
+
+    async def _run_one_tool(self, state: _StepState, call: ToolCall) -> None:
+        info = ToolCallInfo(state.turn, state.step, call.id, call.name, call.arguments)
+        decision = await self._waterfall("tools/pre-execute", info)
+        await trio.lowlevel.checkpoint()
+        if isinstance(decision, Deny):
+            self._log_call(state, info)
+            self._log_result(
+                state,
+                ToolOutcome(
+                    state.turn,
+                    state.step,
+                    call.id,
+                    call.name,
+                    info.arguments,
+                    _error_result_text(f"Tool call denied: {decision.reason}"),
+                    True,
+                    ToolError(call.name, "TOOL_DENIED"),
+                ),
+            )
+            return
+        if isinstance(decision, ToolCallInfo):
+            info = decision
+        self._log_call(state, info)
+        await self._flush()
+        outcome = await self._execute(state, info)
+        outcome = await self._waterfall("tools/post-execute", outcome)
+        if not isinstance(outcome, ToolOutcome):
+            raise TypeError("tools/post-execute must return a ToolOutcome")
+        self._log_result(state, outcome)
+        assert self._tool_batch is not None
+        self._tool_batch.extend(
+            item if isinstance(item, ContextItem) else ContextItem((Text(item),))
+            for item in outcome.additional_context
+        )
+
+    def _log_call(self, state: _StepState, info: ToolCallInfo) -> None:
+        event = self._append(
+            "tool/call",
+            ToolCallEvent(state.turn, state.step, info.call_id, info.name, info.arguments),
+        )
+        state.logged_calls[info.call_id] = event.seq
+
+    def _log_result(self, state: _StepState, outcome: ToolOutcome) -> None:
+        self._append(
+            "tool/result",
+            ToolResultEvent(
+                state.turn,
+                state.step,
+                outcome.call_id,
+                outcome.content,
+                outcome.is_error,
+                outcome.error,
+            ),
+            surface=True,
+            sources=(state.logged_calls[outcome.call_id],),
+        )
+        state.answered.add(outcome.call_id)
+
+    async def _execute(self, state: _StepState, info: ToolCallInfo) -> ToolOutcome:
+        def failed(code: str, message: str) -> ToolOutcome:
+            return ToolOutcome(
+                state.turn,
+                state.step,
+                info.call_id,
+                info.name,
+                info.arguments,
+                _error_result_text(message),
+                True,
+                ToolError(info.name, code),
+            )
+
+        tool = self.options.tool_map().get(info.name)
+        if tool is None:
+            return failed("TOOL_NOT_FOUND", f"No tool named {info.name!r} is available.")
+        try:
+            args = orjson.loads(info.arguments or "{}")
+        except orjson.JSONDecodeError as exc:
+            return failed("INVALID_ARGUMENTS", f"Arguments are not valid JSON: {exc}")
+        if not isinstance(args, dict):
+            return failed("INVALID_ARGUMENTS", "Arguments must be a JSON object.")
+        ctx = ToolContext(self.agent, info.call_id, self._require_scope(), state.turn, state.step)
+        state.started.add(info.call_id)
+        try:
+            output = await tool.execute(args, ctx)
+            content = _tool_text(output)
+        except Exception as exc:
+            return failed("TOOL_FAILED", f"{type(exc).__name__}: {exc}")
+        outcome = ToolOutcome(
+            state.turn, state.step, info.call_id, info.name, info.arguments, content
+        )
+        state.finished[info.call_id] = outcome
+        return outcome
+
+    # ------------------------------------------------------------------ cleanup
+
+    def _close_open_step(self) -> None:
+        """After a cancel or error: results for every requested call, contexts, step/end."""
+        state = self._step_state
+        if state is None or self.session.open_step is None:
+            self._step_state = None
+            return
+        for call in state.requested:
+            if call.id in state.answered:
+                continue
+            if call.id in state.logged_calls and call.id not in state.started:
+                outcome = ToolOutcome(
+                    state.turn,
+                    state.step,
+                    call.id,
+                    call.name,
+                    call.arguments,
+                    _error_result_text("The turn was cancelled before this tool call started."),
+                    True,
+                    ToolError(call.name, "TOOL_ABORTED_BEFORE_DISPATCH"),
+                )
+            elif call.id in state.logged_calls:
+                outcome = state.finished.get(call.id) or ToolOutcome(
+                    state.turn,
+                    state.step,
+                    call.id,
+                    call.name,
+                    call.arguments,
+                    _error_result_text("The tool call was cancelled while running."),
+                    True,
+                    ToolError(call.name, "TOOL_CANCELLED"),
+                )
+            else:
+                self._log_call(
+                    state, ToolCallInfo(state.turn, state.step, call.id, call.name, call.arguments)
+                )
+                outcome = ToolOutcome(
+                    state.turn,
+                    state.step,
+                    call.id,
+                    call.name,
+                    call.arguments,
+                    _error_result_text("The turn was cancelled before this tool call started."),
+                    True,
+                    ToolError(call.name, "TOOL_ABORTED_BEFORE_DISPATCH"),
+                )
+            self._log_result(state, evolve(outcome, additional_context=()))
+        pending, self._pending_contexts = self._pending_contexts, []
+        for item in pending:
+            self._append_context(item)
+        self._end_step()
+
+    # ------------------------------------------------------------------ compaction
+
+    async def _manual_compaction(self) -> None:
+        if self._compactor is None:
+            raise RuntimeError("this runtime has no compactor")
+        system, _tools = await self._assemble()
+        if self.session_prefix is None:
+            self.session_prefix = await self._compose_prefix()
+            self._prefix_chain = chain_of(self.session_prefix)
+        await self._compactor.compact_now(self, system, self.session_prefix, self._require_scope())

@@ -1,0 +1,136 @@
+"""Named hook events with waterfall, serial and notify dispatch over global + agent listeners.
+
+Order: runtime-wide listeners first, then the agent's own, each in registration order; the
+first-registered waterfall listener is outermost, so `return (mine, *await next())` puts
+contributions on the wire in registration order.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeAlias
+
+from actorloop.runtime.errors import HookError
+
+log = logging.getLogger("actorloop.hooks")
+
+HookKind: TypeAlias = Literal["waterfall", "serial", "notify"]
+Listener: TypeAlias = Callable[..., Any]
+Unsubscribe: TypeAlias = Callable[[], None]
+
+HOOK_KINDS: dict[str, HookKind] = {
+    "agent/session-prefix": "waterfall",
+    "system-prompt/assemble": "waterfall",
+    "prompt/submit": "waterfall",
+    "agent/request": "waterfall",
+    "agent/request-error": "waterfall",
+    "tools/pre-execute": "waterfall",
+    "tools/post-execute": "waterfall",
+    "agent/turn-continuation": "waterfall",
+    "agent/pre-step": "serial",
+    "agent/session-start": "notify",
+    "session/event": "notify",
+    "agent/status": "notify",
+    "agent/error": "notify",
+}
+
+
+class UnknownHookError(HookError, KeyError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown hook event {name!r}; known: {', '.join(sorted(HOOK_KINDS))}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class HookRegistry:
+    """Listeners by event name for one scope (the runtime, or one agent)."""
+
+    __slots__ = ("_listeners",)
+
+    def __init__(self) -> None:
+        self._listeners: dict[str, list[Listener]] = {}
+
+    def on(self, name: str, listener: Listener) -> Unsubscribe:
+        if name not in HOOK_KINDS:
+            raise UnknownHookError(name)
+        if not callable(listener):
+            raise HookError(f"listener for {name!r} is not callable")
+        bucket = self._listeners.setdefault(name, [])
+        bucket.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in bucket:
+                bucket.remove(listener)
+
+        return unsubscribe
+
+    def get(self, name: str) -> list[Listener]:
+        return self._listeners.get(name, [])
+
+
+def listeners_for(name: str, *registries: HookRegistry) -> tuple[Listener, ...]:
+    """The dispatch chain for `name`: a snapshot, so (un)subscribing mid-dispatch is safe."""
+    chain: list[Listener] = []
+    for registry in registries:
+        chain.extend(registry.get(name))
+    return tuple(chain)
+
+
+async def _settle(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+async def run_waterfall(name: str, chain: tuple[Listener, ...], agent: Any, value: Any) -> Any:
+    """Run `chain` outermost-first; each listener gets `(agent, value, next)`.
+
+    `await next()` returns the downstream value (optionally `next(new_value)` passes a
+    different value down); not calling it short-circuits; calling it twice raises.
+    """
+    if not chain:
+        return value
+
+    async def call(index: int, current: Any) -> Any:
+        if index == len(chain):
+            return current
+        used = False
+
+        async def next_(replacement: Any = _UNSET) -> Any:
+            nonlocal used
+            if used:
+                raise HookError(f"{name}: next() called twice by listener {index}")
+            used = True
+            return await call(index + 1, current if replacement is _UNSET else replacement)
+
+        return await _settle(chain[index](agent, current, next_))
+
+    return await call(0, value)
+
+
+async def run_serial(chain: tuple[Listener, ...], agent: Any, value: Any) -> None:
+    for listener in chain:
+        await _settle(listener(agent, value))
+
+
+def run_notify(name: str, chain: tuple[Listener, ...], agent: Any, value: Any) -> None:
+    """Call each listener synchronously; an exception is logged and contained."""
+    for listener in chain:
+        try:
+            result = listener(agent, value)
+            if inspect.isawaitable(result):
+                # A coroutine here would never run; close it and say so loudly.
+                result.close()  # type: ignore[attr-defined]
+                raise HookError(f"{name} listeners must be plain functions, not async")
+        except Exception:
+            log.exception("%s listener %r failed", name, listener)
+
+
+class _Unset:
+    pass
+
+
+_UNSET: Any = _Unset()
+
+WaterfallListener: TypeAlias = Callable[[Any, Any, Callable[..., Awaitable[Any]]], Any]

@@ -1,0 +1,97 @@
+"""Agent configuration: `AgentOptions`, `CompactionConfig`, and tools with their call context."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import trio
+from attrs import field, frozen
+
+from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_object
+from actorloop.runtime.header import LlmCallConfig, ToolSchema
+from actorloop.runtime.messages import Content
+
+if TYPE_CHECKING:
+    from actorloop.runtime.agent import Agent
+
+ToolOutput: TypeAlias = str | Content
+
+
+@frozen
+class ToolContext:
+    """What a running tool can see: its agent, its call id, and the turn's cancel scope."""
+
+    agent: Agent
+    call_id: str
+    cancel_scope: trio.CancelScope
+    turn: int
+    step: int
+
+
+ToolExecute: TypeAlias = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput]]
+
+
+@frozen
+class Tool:
+    """A tool the model may call: `execute(args, ctx)` returns text or content blocks."""
+
+    name: str
+    description: str
+    parameters: FrozenDict = field(converter=freeze_object)
+    execute: ToolExecute = field(eq=False)
+
+    @property
+    def schema(self) -> ToolSchema:
+        return ToolSchema(self.name, self.description, self.parameters)
+
+
+@frozen
+class CompactionConfig:
+    auto: bool = True
+    threshold_ratio: float = 0.8
+    retain_ratio: float = 0.16
+    retain_tokens: int | None = None
+    summary_max_tokens: int = 8192
+    compaction_retries: int = 1
+    max_overflow_retries: int = 1
+    summary_model: str | None = None
+    prune: bool = False
+
+
+def _stop(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)  # type: ignore[call-overload]
+
+
+@frozen
+class AgentOptions:
+    model: str
+    provider: str | None = None
+    system: str | None = None
+    tools: tuple[Tool, ...] = field(default=(), converter=tuple)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] | None = field(default=None, converter=_stop)
+    tool_order: tuple[str, ...] | None = field(
+        default=None, converter=lambda v: None if v is None else tuple(v)
+    )
+    context_window: int | None = None
+    compaction: CompactionConfig = CompactionConfig()
+    labels: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+    inbox_capacity: int = 64
+
+    def call_config(self) -> LlmCallConfig:
+        return LlmCallConfig(
+            model=self.model,
+            provider=self.provider,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            stop=self.stop,
+        )
+
+    def tool_map(self) -> Mapping[str, Tool]:
+        return {tool.name: tool for tool in self.tools}

@@ -1,0 +1,254 @@
+"""`Runtime`: the supervisor and composition root — owns the nursery, the store and its
+CodecActor, the compactor, providers, global listeners and the registry of live agents."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from actorloop.actors.codec import CodecActor
+from actorloop.actors.loop import Compactor, LoopActor, SessionStartKind
+from actorloop.runtime.agent import Agent
+from actorloop.runtime.errors import ActorloopError, SessionBusy, SessionNotFound
+from actorloop.runtime.events import SessionEvent
+from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
+from actorloop.runtime.invariants import InvariantCheckedProvider
+from actorloop.runtime.options import AgentOptions
+from actorloop.runtime.providers.base import Provider
+from actorloop.runtime.session import Session, SessionMeta, new_session_id
+from actorloop.runtime.stores.base import Store, open_store
+
+log = logging.getLogger("actorloop.runtime")
+
+
+class ProviderNotConfigured(ActorloopError, LookupError):
+    pass
+
+
+class Runtime:
+    """Use `async with Runtime.open(...) as rt`; leaving it disposes every agent, flushes and
+    closes the store, so nothing acknowledged is lost."""
+
+    def __init__(
+        self,
+        *,
+        nursery: trio.Nursery,
+        store: Store,
+        codec: CodecActor,
+        providers: Mapping[str, Provider],
+        default_provider: str | None,
+        dev_invariants: bool,
+        compactor: Compactor | None,
+    ) -> None:
+        self._nursery = nursery
+        self.store = store
+        self.codec = codec
+        self.dev_invariants = dev_invariants
+        self.compactor = compactor
+        self.hooks = HookRegistry()
+        self._loops: dict[str, LoopActor] = {}
+        self._leases: dict[str, Any] = {}
+        self._default_provider = default_provider
+        self._checked: dict[str, InvariantCheckedProvider] = {}
+        self.providers: dict[str, Provider] = {}
+        for name, provider in providers.items():
+            if dev_invariants:
+                checked = InvariantCheckedProvider(provider, self._events_of)
+                self._checked[name] = checked
+                self.providers[name] = checked
+            else:
+                self.providers[name] = provider
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        store: str | Store = "memory:",
+        provider: Provider | None = None,
+        *,
+        providers: Mapping[str, Provider] | None = None,
+        dev_invariants: bool = False,
+        compactor: Compactor | None = None,
+    ) -> AsyncIterator[Runtime]:
+        all_providers: dict[str, Provider] = dict(providers or {})
+        default_name: str | None = None
+        if provider is not None:
+            default_name = provider.name
+            all_providers.setdefault(provider.name, provider)
+        elif all_providers:
+            default_name = next(iter(all_providers))
+        store_obj = open_store(store) if isinstance(store, str) else store
+        try:
+            async with trio.open_nursery() as nursery:
+                codec = CodecActor(store_obj)
+                await nursery.start(codec.run)
+                if compactor is not None and hasattr(compactor, "run"):
+                    await nursery.start(compactor.run)
+                runtime = cls(
+                    nursery=nursery,
+                    store=store_obj,
+                    codec=codec,
+                    providers=all_providers,
+                    default_provider=default_name,
+                    dev_invariants=dev_invariants,
+                    compactor=compactor,
+                )
+                try:
+                    yield runtime
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await runtime._shutdown()
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await store_obj.close()
+
+    # ------------------------------------------------------------------ listeners
+
+    def on(self, name: str, listener: Listener) -> Unsubscribe:
+        """A runtime-wide listener (runs before agent listeners); returns an unsubscribe."""
+        return self.hooks.on(name, listener)
+
+    # ------------------------------------------------------------------ registry
+
+    def get(self, agent_id: str) -> Agent | None:
+        loop = self._loops.get(agent_id)
+        return loop.agent if loop is not None else None
+
+    @property
+    def agents(self) -> tuple[Agent, ...]:
+        return tuple(loop.agent for loop in self._loops.values())
+
+    async def list_sessions(self) -> tuple[SessionMeta, ...]:
+        return await self.store.list()
+
+    @property
+    def invariant_checks(self) -> int:
+        return sum(checked.checks_passed for checked in self._checked.values())
+
+    def _events_of(self, session_id: str) -> Sequence[SessionEvent]:
+        return self._loops[session_id].session.events
+
+    def provider_for(self, options: AgentOptions) -> Provider:
+        name = options.provider or self._default_provider
+        if name is None or name not in self.providers:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise ProviderNotConfigured(
+                f"no provider named {name!r} in this runtime (configured: {known})"
+            )
+        return self.providers[name]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def spawn(self, options: AgentOptions, session_id: str | None = None) -> Agent:
+        """A new agent on a new session."""
+        session_id = session_id or new_session_id()
+        provider = self.provider_for(options)
+        self._refuse_live(session_id)
+        meta = SessionMeta(session_id, labels=options.labels)
+        lease = self.store.claim(session_id)
+        try:
+            await self.store.create(meta)
+        except BaseException:
+            lease.release()
+            raise
+        return await self._start(Session(meta), options, provider, lease, "startup")
+
+    async def resume(self, session_id: str, options: AgentOptions) -> Agent:
+        """A new loop instance on a stored session (repaired on load)."""
+        provider = self.provider_for(options)
+        self._refuse_live(session_id)
+        lease = self.store.claim(session_id)
+        try:
+            meta, events = await self.store.load(session_id)
+            session = Session.from_events(session_id, events, meta)
+        except BaseException:
+            lease.release()
+            raise
+        return await self._start(session, options, provider, lease, "resume")
+
+    async def fork(
+        self,
+        session_id: str,
+        boundary: int | None = None,
+        child_id: str | None = None,
+        options: AgentOptions | None = None,
+    ) -> Agent:
+        """A child agent seeded with the source's events up to `boundary` (a turn/end)."""
+        source_loop = self._loops.get(session_id)
+        if source_loop is not None:
+            await source_loop.flush()
+            source = source_loop.session
+            options = options or source_loop.options
+        else:
+            if options is None:
+                raise ValueError("options are required to fork a session that is not live")
+            if not await self.store.exists(session_id):
+                from actorloop.runtime.errors import SessionForkError
+
+                raise SessionForkError("SESSION_NOT_FOUND", f"session {session_id!r} not found")
+            meta, events = await self.store.load(session_id)
+            source = Session.from_events(session_id, events, meta)
+        provider = self.provider_for(options)
+        child = source.fork(boundary, child_id)
+        self._refuse_live(child.id)
+        lease = self.store.claim(child.id)
+        try:
+            assert child.meta.seed_length is not None
+            await self.store.fork(session_id, child.meta.seed_length - 1, child.id)
+        except BaseException:
+            lease.release()
+            raise
+        return await self._start(child, options, provider, lease, "fork")
+
+    def _refuse_live(self, session_id: str) -> None:
+        if session_id in self._loops:
+            raise SessionBusy(f"session {session_id!r} is owned by a live agent in this runtime")
+
+    async def _start(
+        self,
+        session: Session,
+        options: AgentOptions,
+        provider: Provider,
+        lease: Any,
+        origin: SessionStartKind,
+    ) -> Agent:
+        loop = LoopActor(
+            session=session,
+            options=options,
+            provider=provider,
+            global_hooks=self.hooks,
+            persist=self.codec.persist,
+            compactor=self.compactor,
+            origin=origin,
+            on_finished=self._loop_finished,
+        )
+        self._loops[session.id] = loop
+        self._leases[session.id] = lease
+        await self._nursery.start(loop.run)
+        return loop.agent
+
+    def _loop_finished(self, loop: LoopActor) -> None:
+        if self._loops.get(loop.session.id) is loop:
+            del self._loops[loop.session.id]
+            lease = self._leases.pop(loop.session.id, None)
+            if lease is not None:
+                lease.release()
+
+    async def _shutdown(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for loop in list(self._loops.values()):
+                nursery.start_soon(loop.dispose)
+        await self.codec.aclose()
+
+
+async def load_session(store: Store, session_id: str) -> Session:
+    """Load (and repair) a stored session outside any runtime, e.g. for inspection."""
+    if not await store.exists(session_id):
+        raise SessionNotFound(session_id)
+    meta, events = await store.load(session_id)
+    return Session.from_events(session_id, events, meta)

@@ -1,0 +1,126 @@
+"""The values that flow through the loop's hook seams, and the decisions listeners return."""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+from attrs import frozen
+
+from actorloop.codecs.jsonvalue import FrozenDict
+from actorloop.runtime.chunks import ErrorInfo
+from actorloop.runtime.events import ToolError
+from actorloop.runtime.messages import Content, Message, Source, Text
+
+
+@frozen
+class ContextItem:
+    """Extra context a listener asks the loop to log as a `context/message`."""
+
+    content: Content | str
+    source: Source = Source.of_plugin("hook")
+    meta: FrozenDict | None = None
+
+
+AdditionalContext: TypeAlias = tuple[ContextItem | str, ...]
+
+
+@frozen
+class PromptSubmit:
+    """`prompt/submit` input: what is about to become the turn's `user/message`."""
+
+    turn: int
+    content: Content
+    source: Source
+
+
+@frozen
+class Allow:
+    content: Content | None = None
+    additional_context: AdditionalContext = ()
+
+
+@frozen
+class Block:
+    reason: str
+
+
+@frozen
+class PreStep:
+    turn: int
+    step: int
+    full_system_prompt: str
+    session_prefix: tuple[Message, ...]
+
+
+@frozen
+class ToolCallInfo:
+    """`tools/pre-execute` input: one requested call, before it is logged or run."""
+
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@frozen
+class Deny:
+    reason: str
+
+
+@frozen
+class ToolOutcome:
+    """`tools/post-execute` value: a listener may rewrite content or add context."""
+
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+    content: tuple[Text, ...]
+    is_error: bool = False
+    error: ToolError | None = None
+    additional_context: AdditionalContext = ()
+
+
+@frozen
+class Continuation:
+    """`agent/turn-continuation` value. `continue_turn` with a `reason` becomes steering."""
+
+    turn: int
+    step: int
+    had_tool_calls: bool
+    steering_pending: bool
+    continue_turn: bool
+    reason: str | None = None
+
+
+@frozen
+class RequestFailure:
+    """`agent/request-error` value; a listener returns it with `retry=True` to retry."""
+
+    turn: int
+    step: int
+    error: ErrorInfo
+    attempt: int
+    retry: bool = False
+
+
+TurnResultReason: TypeAlias = Literal[
+    "completed",
+    "max-tokens",
+    "rejected",
+    "error",
+    "aborted",
+    "disposed",
+    "discarded",
+]
+
+
+@frozen
+class TurnResult:
+    """What `send()` returns: the turn number (None if discarded) and how it ended."""
+
+    turn: int | None
+    reason: TurnResultReason
+    message: str | None = None
