@@ -12,19 +12,28 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from actorloop.codecs.converter import structure_as, unstructure
-from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_json, freeze_object
+from actorloop.codecs.jsonvalue import (
+    EMPTY_OBJECT,
+    MAX_SAFE_INT,
+    FrozenDict,
+    freeze_json,
+    freeze_object,
+)
 from actorloop.runtime.errors import (
     HeaderFoldError,
     SessionForkError,
+    SessionFormatError,
     SessionValidationError,
 )
 from actorloop.runtime.events import (
     DATA_BY_TYPE,
     SURFACE_TYPES,
     TYPE_BY_DATA,
+    Append,
     AssistantMessage,
     EventData,
     IgnorableData,
+    Replace,
     SessionEvent,
     SurfaceOp,
     TurnEnd,
@@ -111,9 +120,9 @@ def _check_envelope(event: SessionEvent, expected_seq: int) -> None:
     def fail(rule: str) -> SessionValidationError:
         return SessionValidationError(expected_seq, f"{event.type}: {rule}")
 
-    if event.seq != expected_seq:
-        raise fail(f"seq {event.seq} is not the next index {expected_seq}")
-    if isinstance(event.time, bool) or not isinstance(event.time, int) or event.time < 0:
+    if type(event.seq) is not int or event.seq != expected_seq:
+        raise fail(f"seq {event.seq!r} is not the next index {expected_seq}")
+    if type(event.time) is not int or not 0 <= event.time <= MAX_SAFE_INT:
         raise fail(f"time must be an int >= 0 (epoch ms), got {event.time!r}")
     if event.ignorable or isinstance(event.data, IgnorableData):
         if not (event.ignorable and isinstance(event.data, IgnorableData)):
@@ -131,6 +140,12 @@ def _check_envelope(event: SessionEvent, expected_seq: int) -> None:
         raise fail("surface_op is required on surface events")
     if not surface and event.surface_op is not None:
         raise fail("surface_op is forbidden on non-surface events")
+    op = event.surface_op
+    if isinstance(op, Replace):
+        if type(op.start) is not int or type(op.end) is not int:
+            raise fail(f"replace start/end must be int seqs, got {op.start!r}, {op.end!r}")
+    elif surface and not isinstance(op, Append):
+        raise fail(f"surface_op must be Append or Replace, got {type_name(op)}")
     seqs = event.source_event_seqs
     if seqs is None:
         return
@@ -187,7 +202,7 @@ class Session:
         """Seed (or load) a session: every event is re-validated as if appended."""
         session = cls(_make_meta(session_id, meta))
         for event in events:
-            session._commit(event, check_json=False)
+            session._commit(event, detach=False)
         return session
 
     # reading --------------------------------------------------------------------------
@@ -266,40 +281,49 @@ class Session:
         cls = DATA_BY_TYPE.get(type)
         if cls is None:
             raise SessionValidationError(seq, f"unknown event type {type!r}")
+        data_detached = False
         if not isinstance(data, cls):
             if not isinstance(data, Mapping):
                 raise SessionValidationError(
                     seq, f"{type}: data must be {cls.__name__} or a mapping, got {type_name(data)}"
                 )
-            data = structure_as(freeze_json(dict(data), "$.data"), cls)
+            data = _structure_data(freeze_json(dict(data), f"$[{seq}].data"), cls, seq, type)
+            data_detached = True
         seqs = None if source_event_seqs is None else tuple(source_event_seqs)
         event = SessionEvent(
             type,
             seq,
             now_ms() if time is None else time,
-            data,
+            data,  # type: ignore[arg-type]
             seqs,
-            surface_op,  # type: ignore[arg-type]
+            surface_op,
         )
-        return self._commit(event, check_json=True)
+        return self._commit(event, detach=True, data_detached=data_detached)
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
-        """Append an already-built event (its seq must be the next index)."""
-        return self._commit(event, check_json=True)
+        """Append an already-built event (its seq must be the next index).
 
-    def _commit(self, event: SessionEvent, *, check_json: bool) -> SessionEvent:
+        The committed event is a detached, normalized copy (deeply frozen, strictly typed),
+        so later mutation of anything the caller holds changes nothing in the log.
+        """
+        return self._commit(event, detach=True)
+
+    def _commit(
+        self, event: SessionEvent, *, detach: bool, data_detached: bool = False
+    ) -> SessionEvent:
         state = self._folded()
         seq = len(self._log)
         _check_envelope(event, seq)
-        if check_json and not isinstance(event.data, IgnorableData):
-            freeze_json(unstructure(event.data), f"$[{seq}].data")
+        if detach:
+            event = _detached(event, seq, data_detached=data_detached)
         state.structure.check(event)
         state.surface.check(event, self._log.__getitem__)
         if TYPE_BY_DATA.get(type(event.data)) in ("request/header", "request/header-delta"):
             try:
                 state.header.preview(event)
             except HeaderFoldError as exc:
-                raise SessionValidationError(seq, str(exc)) from exc
+                problem = str(exc).removeprefix(f"event {seq}: ")
+                raise SessionValidationError(seq, f"{event.type}: {problem}") from exc
         # All checks passed: commit without any further possibility of failure.
         self._log.append(event)
         state.structure.advance(event)
@@ -357,6 +381,36 @@ class Session:
                 state.header.feed(event)
             self._state = state
         return self._state
+
+
+def _structure_data(value: object, cls: type, seq: int, event_type: str) -> Any:
+    try:
+        return structure_as(value, cls)
+    except SessionFormatError as exc:
+        raise SessionValidationError(seq, f"{event_type}: invalid data: {exc.problem}") from exc
+
+
+def _detached(event: SessionEvent, seq: int, *, data_detached: bool = False) -> SessionEvent:
+    """A deep, strictly typed copy of `event` (§1: appends are deep-copied; §7: the data
+    must be losslessly JSON-representable, i.e. the codec can decode what it encodes)."""
+    data = event.data
+    path = f"$[{seq}].data"
+    if data_detached:
+        pass
+    elif isinstance(data, IgnorableData):
+        data = IgnorableData(freeze_object(data.payload, path))
+    else:
+        data = _structure_data(freeze_json(unstructure(data), path), type(data), seq, event.type)
+    seqs = event.source_event_seqs
+    return SessionEvent(
+        event.type,
+        event.seq,
+        event.time,
+        data,
+        None if seqs is None else tuple(seqs),
+        event.surface_op,
+        event.ignorable,
+    )
 
 
 def type_name(value: object) -> str:
