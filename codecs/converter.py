@@ -18,6 +18,7 @@ from actorloop.codecs.jsonvalue import (
     _check_scalar,
     canonical_json,
     freeze_object,
+    loads_json,
 )
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -255,8 +256,8 @@ def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
 
 def decode_event(raw: bytes | str, where: str | None = None) -> SessionEvent:
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        body = loads_json(raw)
+    except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _format_error(where or "event", f"invalid JSON: {exc}") from exc
     return event_from_dict(body, where)
 

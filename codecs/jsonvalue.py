@@ -8,6 +8,7 @@ limit.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, NoReturn, TypeAlias
 
@@ -148,9 +149,152 @@ def freeze_object(value: Mapping[str, object] | None, path: str = "$") -> Frozen
 
 def thaw_json(value: JsonValue) -> Any:
     """A plain mutable copy (dicts and lists) of a frozen JSON value."""
-    return orjson.loads(orjson.dumps(value))
+    return loads_json(_dumps(value, sort_keys=False))
 
 
 def canonical_json(value: object) -> bytes:
     """Canonical bytes: orjson, sorted keys, no spaces. Equality checks compare these."""
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return _dumps(value, sort_keys=True)
+
+
+def loads_json(raw: bytes | str) -> Any:
+    """Parse JSON with orjson; nesting beyond orjson's depth limit is parsed iteratively,
+    so whatever `canonical_json` writes can be read back (a 5,000-deep value included)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" not in str(exc):
+            raise
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray, memoryview)) else raw
+        return _loads_deep(str(text))
+
+
+def _dumps(value: object, *, sort_keys: bool) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
+    except TypeError as exc:
+        if "Recursion limit" not in str(exc):
+            raise
+        return _dumps_deep(value, sort_keys)
+
+
+_LITERAL, _VALUE, _LEAVE = 0, 1, 2
+
+
+def _dumps_deep(value: object, sort_keys: bool) -> bytes:
+    """Iterative encoder producing exactly orjson's bytes (every scalar and key is encoded
+    by orjson itself); used only past orjson's recursion limit."""
+    parts: list[bytes] = []
+    active: set[int] = set()
+    stack: list[tuple[int, Any]] = [(_VALUE, value)]
+    while stack:
+        kind, item = stack.pop()
+        if kind == _LITERAL:
+            parts.append(item)
+            continue
+        if kind == _LEAVE:
+            active.discard(item)
+            continue
+        if isinstance(item, (dict, list, tuple)):
+            if id(item) in active:
+                raise TypeError("Recursion limit reached (cycle)")
+            active.add(id(item))
+            stack.append((_LEAVE, id(item)))
+            if isinstance(item, dict):
+                for key in item:
+                    if not isinstance(key, str):
+                        raise TypeError("Dict key must be str")
+                keys = sorted(item) if sort_keys else list(item)
+                stack.append((_LITERAL, b"}"))
+                for index in range(len(keys) - 1, -1, -1):
+                    stack.append((_VALUE, item[keys[index]]))
+                    head = orjson.dumps(keys[index]) + b":"
+                    stack.append((_LITERAL, b"," + head if index else head))
+                stack.append((_LITERAL, b"{"))
+            else:
+                stack.append((_LITERAL, b"]"))
+                for index in range(len(item) - 1, -1, -1):
+                    stack.append((_VALUE, item[index]))
+                    if index:
+                        stack.append((_LITERAL, b","))
+                stack.append((_LITERAL, b"["))
+        else:
+            parts.append(orjson.dumps(item))
+    return b"".join(parts)
+
+
+_TOKEN = re.compile(
+    r"""[ \t\n\r]*(?:([\[\]{},:])|("(?:[^"\\\x00-\x1f]|\\.)*")"""
+    r"""|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null))"""
+)
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _loads_deep(text: str) -> Any:
+    """Iterative JSON parser (used only past orjson's depth limit). Strings, numbers and
+    literals are decoded by orjson itself, so the values are exactly orjson's."""
+    # frames: [container, pending key]; states: what the next token may be.
+    stack: list[list[Any]] = []
+    state = "value"
+    root: Any = None
+    done = False
+    pos = 0
+
+    def fail(problem: str) -> orjson.JSONDecodeError:
+        return orjson.JSONDecodeError(f"{problem} at char {pos}", text, pos)
+
+    while not done:
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise fail("invalid JSON")
+        pos = match.end()
+        punct, string, scalar = match.groups()
+        produced = False
+        value: Any = None
+        if state in ("value", "value_or_close"):
+            if punct == "[":
+                stack.append([[], None])
+                state = "value_or_close"
+            elif punct == "{":
+                stack.append([{}, None])
+                state = "key_or_close"
+            elif punct == "]" and state == "value_or_close":
+                value, produced = stack.pop()[0], True
+            elif punct is None:
+                value, produced = orjson.loads(string if string is not None else scalar), True
+            else:
+                raise fail(f"unexpected {punct!r}")
+        elif state in ("key", "key_or_close"):
+            if string is not None:
+                stack[-1][1] = orjson.loads(string)
+                state = "colon"
+            elif punct == "}" and state == "key_or_close":
+                value, produced = stack.pop()[0], True
+            else:
+                raise fail("expected an object key")
+        elif state == "colon":
+            if punct != ":":
+                raise fail("expected ':'")
+            state = "value"
+        else:  # after a value inside a container
+            container = stack[-1][0]
+            if punct == ",":
+                state = "key" if isinstance(container, dict) else "value"
+            elif punct == ("}" if isinstance(container, dict) else "]"):
+                value, produced = stack.pop()[0], True
+            else:
+                raise fail("expected ',' or a closing bracket")
+        if produced:
+            if not stack:
+                root, done = value, True
+            else:
+                frame = stack[-1]
+                if isinstance(frame[0], dict):
+                    frame[0][frame[1]] = value
+                else:
+                    frame[0].append(value)
+                state = "next"
+    end = _WHITESPACE.match(text, pos)
+    if end is None or end.end() != len(text):
+        raise fail("trailing data")
+    return root
