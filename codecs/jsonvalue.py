@@ -116,7 +116,7 @@ def freeze_json(value: object, path: str = "$") -> JsonValue:
             for key in keys:
                 if not isinstance(key, str):
                     raise JsonValueError(node_path, f"non-string key {key!r}")
-            slots: list[Any] = [None] * len(keys)
+            slots = [None] * len(keys)
             on_stack.add(node_id)
             stack.append(("finish", node_id, "object", slots, keys, parent, index))
             for i in range(len(keys) - 1, -1, -1):

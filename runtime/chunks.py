@@ -13,7 +13,10 @@ FinishKind: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "error"]
 
 @frozen
 class TokenUsage:
-    """Disjoint buckets: `input` is uncached input; billed input = input + cache_read + cache_write."""
+    """Disjoint buckets: `input` is uncached input.
+
+    Billed input = input + cache_read + cache_write.
+    """
 
     input: int = 0
     output: int = 0

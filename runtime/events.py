@@ -88,13 +88,15 @@ class PromptBlocked:
     reason: str
 
 
+def _optional_meta(value: object) -> FrozenDict | None:
+    return None if value is None else freeze_object(value, "$.meta")  # type: ignore[arg-type]
+
+
 @frozen
 class ContextMessage:
     content: Content
     source: Source
-    meta: FrozenDict | None = field(
-        default=None, converter=lambda v: None if v is None else freeze_object(v, "$.meta")
-    )
+    meta: FrozenDict | None = field(default=None, converter=_optional_meta)
 
 
 @frozen

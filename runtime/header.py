@@ -12,7 +12,7 @@ def _stop_tuple(value: object) -> tuple[str, ...] | None:
         return None
     if isinstance(value, str):
         return (value,)
-    return tuple(value)  # type: ignore[call-overload]
+    return tuple(value)  # type: ignore[arg-type]
 
 
 def _optional_float(value: object) -> float | None:
