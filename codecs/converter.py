@@ -168,7 +168,7 @@ _DECODE_FAILURES = (
     AttributeError,
     JsonValueError,
     cattrs.BaseValidationError,
-    cattrs.ForbiddenExtraKeysError,
+    cattrs.errors.CattrsError,  # includes ForbiddenExtraKeysError and unknown Literal values
 )
 _ENVELOPE_KEYS = frozenset(
     {"type", "seq", "time", "data", "source_event_seqs", "surface_op", "ignorable"}
