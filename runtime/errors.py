@@ -108,3 +108,18 @@ class ScriptExhausted(ProviderError):
         super().__init__(
             f"ScriptedProvider script exhausted after {calls} calls", "SCRIPT_EXHAUSTED"
         )
+
+
+class ActorStopped(ActorloopError):
+    """An actor stopped (or failed) before it could take a message or answer an ask.
+
+    The actor's failure, if any, is the `__cause__`.
+    """
+
+    def __init__(self, actor: str, problem: str) -> None:
+        super().__init__(f"actor {actor!r} {problem}")
+        self.actor = actor
+
+
+class StoreUrlError(ActorloopError, ValueError):
+    """A store URL (or store option) is not one this build understands."""

@@ -1,1 +1,23 @@
-"""placeholder"""
+"""Durable session stores behind one `Store` seam: `open_store("memory:" | "sqlite:PATH" |
+"jsonl:DIR")`, writer leases (`claim`), tail-checked appends, group commit and repair on load.
+
+Writers call `lease = store.claim(id)` first and pass it to `store.load(id, lease=lease)`:
+only the lease holder (or a loader that can take the lease itself) may repair a log.
+"""
+
+from actorloop.runtime.stores.base import Lease, Store, open_store
+from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH, check_session_id
+from actorloop.runtime.stores.jsonl import JsonlStore
+from actorloop.runtime.stores.memory import MemoryStore
+from actorloop.runtime.stores.sqlite import SqliteStore
+
+__all__ = [
+    "MAX_SESSION_ID_LENGTH",
+    "JsonlStore",
+    "Lease",
+    "MemoryStore",
+    "SqliteStore",
+    "Store",
+    "check_session_id",
+    "open_store",
+]

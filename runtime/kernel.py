@@ -1,0 +1,226 @@
+"""The actor kernel: bounded mailboxes, actor refs with tell/ask, one-shot replies, and a
+supervisor that owns every actor task in one trio nursery and contains their failures."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
+
+import trio
+from actorloop.runtime.errors import ActorStopped, InboxFull
+
+log = logging.getLogger("actorloop.kernel")
+
+M = TypeVar("M")
+R = TypeVar("R")
+
+FailureHandler = Callable[[str, BaseException], None]
+
+
+class Reply(Generic[R]):
+    """A one-shot reply slot: answered exactly once with `send` or `fail`."""
+
+    __slots__ = ("_done", "_error", "_value")
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._value: R | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self._done.is_set()
+
+    def send(self, value: R) -> None:
+        self._settle()
+        self._value = value
+        self._done.set()
+
+    def fail(self, exc: BaseException) -> None:
+        self._settle()
+        self._error = exc
+        self._done.set()
+
+    def _settle(self) -> None:
+        if self._done.is_set():
+            raise RuntimeError("this reply was already answered (replies are one-shot)")
+
+    async def wait(self) -> R:
+        """The value given to `send`, or raise the exception given to `fail`."""
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        # A nursery inside the body wraps Cancelled in a group; a group holding only
+        # cancellations is still a cancellation, not a failure of the actor.
+        _, rest = exc.split(trio.Cancelled)
+        return rest is None
+    return False
+
+
+class _Cell:
+    """The supervisor's record of one actor: its mailbox, pending asks and end state."""
+
+    __slots__ = ("capacity", "ended", "failure", "name", "pending", "receive", "send")
+
+    def __init__(self, name: str, capacity: int) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.send, self.receive = trio.open_memory_channel[Any](capacity)
+        self.pending: set[Reply[Any]] = set()
+        self.failure: BaseException | None = None
+        self.ended = trio.Event()
+
+    def stopped_error(self, problem: str) -> ActorStopped:
+        error = ActorStopped(self.name, problem)
+        error.__cause__ = self.failure
+        return error
+
+    def fail_pending(self) -> None:
+        problem = "failed before answering" if self.failure else "stopped before answering"
+        for reply in tuple(self.pending):
+            if not reply.answered:
+                reply.fail(self.stopped_error(problem))
+        self.pending.clear()
+
+
+class ActorRef(Generic[M]):
+    """The only handle to an actor: send it messages, or ask and await a reply."""
+
+    __slots__ = ("_cell", "name")
+
+    def __init__(self, cell: _Cell) -> None:
+        self._cell = cell
+        self.name = cell.name
+
+    @property
+    def alive(self) -> bool:
+        return not self._cell.ended.is_set()
+
+    async def tell(self, message: M) -> None:
+        """Enqueue `message`, waiting while the mailbox is full (backpressure)."""
+        try:
+            await self._cell.send.send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._cell.stopped_error("is not taking messages") from self._cell.failure
+
+    def tell_nowait(self, message: M) -> None:
+        """Enqueue `message` now; raises InboxFull when the mailbox is full."""
+        try:
+            self._cell.send.send_nowait(message)
+        except trio.WouldBlock:
+            raise InboxFull(
+                f"actor {self.name!r} mailbox is full ({self._cell.capacity} messages)"
+            ) from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._cell.stopped_error("is not taking messages") from self._cell.failure
+
+    async def ask(self, make_message: Callable[[Reply[R]], M]) -> R:
+        """Send a message carrying a fresh Reply and await the answer.
+
+        Re-raises the exception given to `reply.fail`; raises ActorStopped if the actor
+        ends (stops or fails) before answering.
+        """
+        reply: Reply[R] = Reply()
+        self._cell.pending.add(reply)
+        try:
+            await self.tell(make_message(reply))
+            return await reply.wait()
+        finally:
+            self._cell.pending.discard(reply)
+
+
+class Supervisor:
+    """Owns actor tasks: a failing actor is reported and contained, its siblings keep running.
+
+    Leaving the context closes every mailbox and waits for the actors to drain and end; if
+    the context body raised, the actors are cancelled instead.
+    """
+
+    def __init__(self, nursery: trio.Nursery, on_failure: FailureHandler | None) -> None:
+        self._nursery = nursery
+        self._on_failure = on_failure
+        self._cells: dict[str, _Cell] = {}
+        self._closed = False
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, on_failure: FailureHandler | None = None) -> AsyncIterator[Supervisor]:
+        body_error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            supervisor = cls(nursery, on_failure)
+            try:
+                yield supervisor
+            except BaseException as exc:
+                # Actors are cancelled and the error is re-raised below, outside the nursery,
+                # so callers see it as raised rather than wrapped in an ExceptionGroup.
+                body_error = exc
+                nursery.cancel_scope.cancel()
+            supervisor._closed = True
+            for cell in tuple(supervisor._cells.values()):
+                cell.send.close()
+        if body_error is not None:
+            raise body_error
+
+    def spawn(
+        self,
+        name: str,
+        body: Callable[[trio.MemoryReceiveChannel[M]], Awaitable[None]],
+        *,
+        capacity: int = 64,
+    ) -> ActorRef[M]:
+        """Start `body(mailbox)` as a supervised actor; `capacity` bounds its mailbox."""
+        if self._closed:
+            raise RuntimeError(f"cannot spawn {name!r}: the supervisor is closed")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(
+                f"actor {name!r}: capacity must be an int >= 0 (mailboxes are bounded)"
+            )
+        existing = self._cells.get(name)
+        if existing is not None and not existing.ended.is_set():
+            raise ValueError(f"an actor named {name!r} is already running")
+        cell = _Cell(name, capacity)
+        self._cells[name] = cell
+        self._nursery.start_soon(self._run, cell, body, name=f"actor:{name}")
+        return ActorRef(cell)
+
+    async def stop(self, ref: ActorRef[Any]) -> None:
+        """Close the actor's mailbox (it drains what is queued) and wait for it to end."""
+        cell = ref._cell
+        cell.send.close()
+        await cell.ended.wait()
+
+    async def _run(
+        self, cell: _Cell, body: Callable[[trio.MemoryReceiveChannel[Any]], Awaitable[None]]
+    ) -> None:
+        try:
+            async with cell.receive:
+                await body(cell.receive)
+        except BaseException as exc:
+            if _is_cancellation(exc) or not isinstance(exc, Exception):
+                raise
+            cell.failure = exc
+            self._report(cell.name, exc)
+        finally:
+            cell.send.close()
+            cell.fail_pending()
+            cell.ended.set()
+            if self._cells.get(cell.name) is cell:
+                del self._cells[cell.name]
+
+    def _report(self, name: str, exc: BaseException) -> None:
+        log.error("actor %r failed", name, exc_info=exc)
+        if self._on_failure is None:
+            return
+        try:
+            self._on_failure(name, exc)
+        except Exception:
+            log.exception("on_failure handler raised while reporting actor %r", name)

@@ -1,0 +1,159 @@
+"""`MemoryStore`: the in-process store (`memory:`), same contract as the durable ones but
+nothing survives the process; events are kept as the frozen objects they are."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+from actorloop.codecs.rows import check_version
+from actorloop.runtime.errors import SessionExists, SessionForkError, SessionNotFound, StoreError
+from actorloop.runtime.events import SessionEvent, TurnEnd
+from actorloop.runtime.session import SessionMeta
+from actorloop.runtime.stores.base import (
+    Batch,
+    Lease,
+    LeaseTable,
+    Loaded,
+    check_continues,
+    plan_repair,
+    refuse_live_repair,
+)
+from actorloop.runtime.stores.ids import check_session_id
+
+
+class _Record:
+    __slots__ = ("events", "meta")
+
+    def __init__(self, meta: SessionMeta) -> None:
+        self.meta = meta
+        self.events: list[SessionEvent] = []
+        """Own events only; a fork child's seed lives in its parent's record."""
+
+    @property
+    def first_seq(self) -> int:
+        return self.meta.seed_length or 0
+
+    @property
+    def next_seq(self) -> int:
+        return self.first_seq + len(self.events)
+
+
+class MemoryStore:
+    url = "memory:"
+
+    def __init__(self) -> None:
+        self._records: dict[str, _Record] = {}
+        self._leases = LeaseTable()
+        self._closed = False
+
+    def _record(self, session_id: str) -> _Record:
+        if self._closed:
+            raise StoreError("memory store is closed")
+        record = self._records.get(check_session_id(session_id))
+        if record is None:
+            raise SessionNotFound(session_id)
+        return record
+
+    async def create(self, meta: SessionMeta) -> None:
+        await trio.lowlevel.checkpoint()
+        check_session_id(meta.id)
+        check_version(meta.version, f"session {meta.id!r}")
+        if self._closed:
+            raise StoreError("memory store is closed")
+        if meta.id in self._records:
+            raise SessionExists(meta.id)
+        self._records[meta.id] = _Record(meta)
+
+    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+        await self.append_batch(((session_id, events),))
+
+    async def append_batch(self, batch: Batch) -> None:
+        await trio.lowlevel.checkpoint()
+        # Check everything before changing anything, so a refused batch leaves no trace.
+        planned: dict[str, int] = {}
+        for session_id, events in batch:
+            record = self._record(session_id)
+            next_seq = planned.get(session_id, record.next_seq)
+            check_continues(session_id, events, next_seq)
+            planned[session_id] = next_seq + len(events)
+        for session_id, events in batch:
+            self._records[session_id].events.extend(events)
+
+    async def flush(self, session_id: str | None = None) -> None:
+        await trio.lowlevel.checkpoint()
+        if session_id is not None:
+            self._record(session_id)
+
+    def _chain(self, record: _Record, length: int | None = None) -> list[SessionEvent]:
+        """The first `length` events of a session (all if None), following fork parents."""
+        own_end = len(record.events) if length is None else length - record.first_seq
+        events = record.events[: max(own_end, 0)]
+        if record.meta.parent_session is None:
+            return events
+        parent = self._record(record.meta.parent_session)
+        seed = record.first_seq if length is None else min(length, record.first_seq)
+        return self._chain(parent, seed) + events
+
+    async def load(self, session_id: str, *, lease: Lease | None = None) -> Loaded:
+        await trio.lowlevel.checkpoint()
+        record = self._record(session_id)
+        with self._leases.writer_right(session_id, lease) as may_write:
+            events = self._chain(record)
+            fixes = plan_repair(record.meta, events, lambda seq: f"memory:{session_id}#{seq}")
+            if fixes:
+                if not may_write:
+                    raise refuse_live_repair(session_id, "its last turn has no turn/end")
+                record.events.extend(fixes)
+                events.extend(fixes)
+        return record.meta, tuple(events)
+
+    async def exists(self, session_id: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return check_session_id(session_id) in self._records
+
+    async def list(self) -> tuple[SessionMeta, ...]:
+        await trio.lowlevel.checkpoint()
+        return tuple(record.meta for record in self._records.values())
+
+    async def fork(self, parent_id: str, boundary: int, child_id: str) -> SessionMeta:
+        await trio.lowlevel.checkpoint()
+        check_session_id(child_id)
+        try:
+            parent = self._record(parent_id)
+        except SessionNotFound:
+            raise SessionForkError(
+                "SESSION_NOT_FOUND", f"parent session {parent_id!r} not found"
+            ) from None
+        if child_id in self._records:
+            raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
+        stored = parent.next_seq
+        if isinstance(boundary, bool) or not isinstance(boundary, int):
+            raise SessionForkError("INVALID_BOUNDARY", f"boundary {boundary!r} is not a seq")
+        if not 0 <= boundary < stored:
+            raise SessionForkError(
+                "INVALID_BOUNDARY",
+                f"boundary {boundary} is not a stored seq of {parent_id!r} (0..{stored - 1})",
+            )
+        event = self._event_at(parent, boundary)
+        if not isinstance(event.data, TurnEnd):
+            raise SessionForkError(
+                "INVALID_BOUNDARY", f"boundary {boundary} is a {event.type}, not a turn/end"
+            )
+        meta = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
+        self._records[child_id] = _Record(meta)
+        return meta
+
+    def _event_at(self, record: _Record, seq: int) -> SessionEvent:
+        while seq < record.first_seq:
+            assert record.meta.parent_session is not None
+            record = self._record(record.meta.parent_session)
+        return record.events[seq - record.first_seq]
+
+    def claim(self, session_id: str) -> Lease:
+        return self._leases.claim(check_session_id(session_id))
+
+    async def close(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self._closed = True
+        self._leases.release_all()
