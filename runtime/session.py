@@ -343,7 +343,11 @@ class Session:
         """A child seeded with `events[0..boundary]` (inclusive), sharing them structurally."""
         length = len(self._log)
         if boundary is None:
-            if length == 0 or not isinstance(self._log[length - 1].data, TurnEnd):
+            # Open turn <=> the last non-ignorable event is not a turn/end (O(1), no fold).
+            last = length - 1
+            while last >= 0 and self._log[last].ignorable:
+                last -= 1
+            if last >= 0 and not isinstance(self._log[last].data, TurnEnd):
                 raise SessionForkError(
                     "OPEN_TURN", f"session {self.id!r} has an open turn; pass a turn/end boundary"
                 )
