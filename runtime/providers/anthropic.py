@@ -1,0 +1,368 @@
+"""Anthropic Messages adapter: request body with cache breakpoints, and stream mapping.
+
+Breakpoints (`cache_control: ephemeral`, at most 4): the last tool, the system block, the
+last block of the session prefix, and the last block of the history. Usage buckets:
+`input_tokens` → input, `cache_read_input_tokens` → cache_read,
+`cache_creation_input_tokens` → cache_write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import aclosing
+from typing import Any
+
+import httpx
+import orjson
+from actorloop.codecs.jsonvalue import canonical_json
+from actorloop.runtime.chunks import (
+    BlockEnd,
+    BlockKind,
+    BlockStart,
+    ErrorInfo,
+    Finish,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageReport,
+)
+from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.messages import Block, Message, Reasoning, Text, ToolCall
+from actorloop.runtime.providers.http import (
+    DEFAULT_TIMEOUT,
+    HttpSseProvider,
+    error_detail,
+    error_fields,
+)
+from actorloop.runtime.providers.openai import tool_parameters
+from actorloop.runtime.providers.retry import (
+    AUTHENTICATION,
+    CONTENT_FILTERED,
+    CONTEXT_WINDOW_EXCEEDED,
+    INVALID_REQUEST,
+    OVERLOADED,
+    PROVIDER_ERROR,
+    RATE_LIMITED,
+    STREAM_INTERRUPTED,
+    RetryPolicy,
+    parse_retry_after,
+    status_error,
+)
+from actorloop.runtime.request import Request
+
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+# The Messages API requires max_tokens; used when the call config leaves it unset.
+DEFAULT_MAX_TOKENS = 8192
+MAX_BREAKPOINTS = 4
+
+_CONTEXT_MARKERS = ("prompt is too long", "exceed context limit", "context window")
+_UNCACHEABLE = ("thinking", "redacted_thinking")
+_ERROR_CODES = {
+    "overloaded_error": OVERLOADED,
+    "rate_limit_error": RATE_LIMITED,
+    "authentication_error": AUTHENTICATION,
+    "permission_error": AUTHENTICATION,
+    "invalid_request_error": INVALID_REQUEST,
+}
+
+
+def _tool_input(arguments: str) -> Any:
+    # tool_use.input must be an object; a call whose arguments never parsed is replayed as {}.
+    try:
+        value = orjson.loads(arguments) if arguments else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _wire_block(block: Block) -> dict[str, Any] | None:
+    if isinstance(block, Text):
+        # The API rejects empty text blocks.
+        return {"type": "text", "text": block.text} if block.text else None
+    if isinstance(block, Reasoning):
+        # Unsigned reasoning (from another provider) cannot be replayed as a thinking block.
+        if block.signature is None:
+            return None
+        return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+    if isinstance(block, ToolCall):
+        return {
+            "type": "tool_use",
+            "id": block.id,
+            "name": block.name,
+            "input": _tool_input(block.arguments),
+        }
+    wire: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_call_id}
+    parts = [{"type": "text", "text": part.text} for part in block.content if part.text]
+    if parts:
+        wire["content"] = parts
+    if block.is_error:
+        wire["is_error"] = True
+    return wire
+
+
+def _wire_message(message: Message) -> dict[str, Any] | None:
+    blocks = [wire for wire in map(_wire_block, message.content) if wire is not None]
+    if not blocks:
+        return None
+    if message.role != "assistant":
+        # tool_result blocks must open a user turn; the sort is stable for the rest.
+        blocks.sort(key=lambda wire: wire["type"] != "tool_result")
+    # No system role inside `messages`: system-role prefix messages are user content.
+    return {"role": "assistant" if message.role == "assistant" else "user", "content": blocks}
+
+
+def _wire_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    return [wire for wire in map(_wire_message, messages) if wire is not None]
+
+
+def _mark_last(blocks: list[dict[str, Any]]) -> None:
+    for block in reversed(blocks):
+        if block.get("type") not in _UNCACHEABLE:
+            block["cache_control"] = {"type": "ephemeral"}
+            return
+
+
+def anthropic_body(
+    request: Request,
+    *,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    thinking_budget: int | None = None,
+) -> dict[str, Any]:
+    """The Messages body with its cache breakpoints (see the module docstring)."""
+    config = request.config
+    prefix = _wire_messages(request.prefix)
+    history = _wire_messages(request.history)
+    body: dict[str, Any] = {
+        "model": config.model,
+        "max_tokens": config.max_tokens if config.max_tokens is not None else default_max_tokens,
+        "messages": prefix + history,
+        "stream": True,
+    }
+    if request.tools:
+        tools = [
+            {
+                "name": tool.name,
+                "input_schema": tool_parameters(tool),
+                **({"description": tool.description} if tool.description else {}),
+            }
+            for tool in request.tools
+        ]
+        _mark_last(tools)
+        body["tools"] = tools
+    if request.system:
+        system = [{"type": "text", "text": request.system}]
+        _mark_last(system)
+        body["system"] = system
+    if prefix:
+        _mark_last(prefix[-1]["content"])
+    if history:
+        _mark_last(history[-1]["content"])
+    if config.temperature is not None:
+        body["temperature"] = config.temperature
+    if config.stop:
+        body["stop_sequences"] = list(config.stop)
+    if thinking_budget is not None:
+        body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
+    return body
+
+
+def is_context_overflow(message: str) -> bool:
+    lowered = message.lower()
+    return any(marker in lowered for marker in _CONTEXT_MARKERS)
+
+
+def _error_code(message: str, kind: str | None) -> str:
+    if is_context_overflow(message):
+        return CONTEXT_WINDOW_EXCEEDED
+    return _ERROR_CODES.get(kind or "", PROVIDER_ERROR)
+
+
+class _MessagesStreamMapper:
+    """Turns Messages stream events into our chunk grammar (block index = Anthropic's index)."""
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._kinds: dict[int, BlockKind] = {}
+        self._with_args: set[int] = set()
+        self._usage: dict[str, int] = {}
+        self.stop_reason: str | None = None
+        self.stopped = False
+
+    def _take_usage(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
+        for key, value in usage.items():
+            # message_delta counts are cumulative, so later values replace earlier ones.
+            if isinstance(value, int) and not isinstance(value, bool):
+                self._usage[key] = value
+
+    def feed(self, kind: str, payload: Mapping[str, Any]) -> list[StreamChunk]:
+        if kind == "message_start":
+            self._take_usage((payload.get("message") or {}).get("usage"))
+        elif kind == "content_block_start":
+            return self._start(int(payload.get("index", 0)), payload.get("content_block") or {})
+        elif kind == "content_block_delta":
+            return self._delta(int(payload.get("index", 0)), payload.get("delta") or {})
+        elif kind == "content_block_stop":
+            return self._stop(int(payload.get("index", 0)))
+        elif kind == "message_delta":
+            self.stop_reason = (payload.get("delta") or {}).get("stop_reason") or self.stop_reason
+            self._take_usage(payload.get("usage"))
+        elif kind == "message_stop":
+            self.stopped = True
+        return []
+
+    def _start(self, index: int, block: Mapping[str, Any]) -> list[StreamChunk]:
+        wire_type = block.get("type")
+        if wire_type == "text":
+            self._kinds[index] = "text"
+            text = block.get("text") or ""
+            return [BlockStart(index, "text"), *([TextDelta(index, text)] if text else [])]
+        if wire_type == "thinking":
+            self._kinds[index] = "reasoning"
+            out: list[StreamChunk] = [BlockStart(index, "reasoning")]
+            if block.get("thinking") or block.get("signature"):
+                out.append(
+                    ReasoningDelta(index, block.get("thinking") or "", block.get("signature"))
+                )
+            return out
+        if wire_type == "tool_use":
+            self._kinds[index] = "tool_call"
+            out = [BlockStart(index, "tool_call", call_id=block.get("id"), name=block.get("name"))]
+            if block.get("input"):
+                self._with_args.add(index)
+                out.append(ToolCallDelta(index, canonical_json(block["input"]).decode()))
+            return out
+        # redacted_thinking and server-side tool blocks have no representation here.
+        return []
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> list[StreamChunk]:
+        if index not in self._kinds:
+            return []
+        wire_type = delta.get("type")
+        if wire_type == "text_delta" and delta.get("text"):
+            return [TextDelta(index, delta["text"])]
+        if wire_type == "input_json_delta" and delta.get("partial_json"):
+            self._with_args.add(index)
+            return [ToolCallDelta(index, delta["partial_json"])]
+        if wire_type == "thinking_delta" and delta.get("thinking"):
+            return [ReasoningDelta(index, delta["thinking"])]
+        if wire_type == "signature_delta" and delta.get("signature"):
+            return [ReasoningDelta(index, "", delta["signature"])]
+        return []
+
+    def _stop(self, index: int) -> list[StreamChunk]:
+        kind = self._kinds.get(index)
+        if kind is None:
+            return []
+        if kind == "tool_call" and index not in self._with_args:
+            return [ToolCallDelta(index, "{}"), BlockEnd(index)]
+        return [BlockEnd(index)]
+
+    def final(self) -> list[StreamChunk]:
+        usage = TokenUsage(
+            input=self._usage.get("input_tokens", 0),
+            output=self._usage.get("output_tokens", 0),
+            cache_read=self._usage.get("cache_read_input_tokens", 0),
+            cache_write=self._usage.get("cache_creation_input_tokens", 0),
+        )
+        reason = self.stop_reason
+        finish: Finish
+        if reason == "tool_use":
+            finish = Finish("tool-calls")
+        elif reason in ("max_tokens", "model_context_window_exceeded"):
+            finish = Finish("max-tokens")
+        elif reason == "refusal":
+            message = f"{self._provider}: the model refused to answer"
+            finish = Finish("error", ErrorInfo(message, CONTENT_FILTERED))
+        else:
+            finish = Finish("stop")
+        return [UsageReport(usage), finish]
+
+
+class AnthropicProvider(HttpSseProvider):
+    """Streams `POST {base_url}/v1/messages`; `base_url` has no `/v1`, as in the anthropic SDK.
+
+    `thinking_budget` enables extended thinking; signed thinking blocks in the history are
+    sent back verbatim (with their signatures).
+    """
+
+    def __init__(
+        self,
+        base_url: str = ANTHROPIC_BASE_URL,
+        api_key: str | None = None,
+        *,
+        name: str = "anthropic",
+        key_env: str = "ANTHROPIC_API_KEY",
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        context_windows: Mapping[str, int] | None = None,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        thinking_budget: int | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            api_key,
+            name=name,
+            key_env=key_env,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry=retry,
+            context_windows=context_windows,
+        )
+        self.default_max_tokens = default_max_tokens
+        self.thinking_budget = thinking_budget
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1/messages"
+
+    def build_body(self, request: Request) -> dict[str, Any]:
+        return anthropic_body(
+            request,
+            default_max_tokens=self.default_max_tokens,
+            thinking_budget=self.thinking_budget,
+        )
+
+    def body_bytes(self, request: Request) -> bytes:
+        """Canonical bytes: identical requests (and identical prefixes) give identical bytes."""
+        return canonical_json(self.build_body(request))
+
+    def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
+        message, _kind, _code = error_detail(body)
+        message = self.redact(message)
+        mapped = CONTEXT_WINDOW_EXCEEDED if status == 400 and is_context_overflow(message) else None
+        return status_error(
+            self.name, status, message, code=mapped, retry_after=parse_retry_after(headers)
+        )
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        body = self.body_bytes(request)
+        headers = {
+            "x-api-key": self._api_key().reveal(),
+            "anthropic-version": ANTHROPIC_VERSION,
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        }
+        mapper = _MessagesStreamMapper(self.name)
+        async with aclosing(self._post_events(self.url, headers, body)) as events:
+            async for event in events:
+                payload = self._decode(event)
+                kind = payload.get("type") or event.event
+                if kind == "error":
+                    message, wire_kind, _code = error_fields(payload, "stream error")
+                    message = self.redact(f"{self.name}: {message}")
+                    yield Finish("error", ErrorInfo(message, _error_code(message, wire_kind)))
+                    return
+                for chunk in mapper.feed(kind, payload):
+                    yield chunk
+                if mapper.stopped:
+                    break
+        if mapper.stop_reason is None:
+            self._fail(f"{self.name}: the stream ended before a stop reason", STREAM_INTERRUPTED)
+        for chunk in mapper.final():
+            yield chunk

@@ -1,0 +1,253 @@
+"""Shared plumbing of the HTTP adapters: secret keys, the per-run httpx client, and a streaming
+POST opened with retries up to its first byte, then read as server-sent events."""
+
+from __future__ import annotations
+
+import logging
+import os
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any, NoReturn
+
+import attrs
+import httpx
+import orjson
+import trio
+from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.providers.retry import (
+    AUTHENTICATION,
+    CONNECTION_ERROR,
+    PROTOCOL_ERROR,
+    STREAM_INTERRUPTED,
+    TIMEOUT,
+    RetryPolicy,
+    TransientProviderError,
+)
+from actorloop.runtime.providers.sse import SseDecoder, SseEvent
+from attrs import frozen
+
+log = logging.getLogger("actorloop.providers")
+
+# Read timeout bounds the gap between two streamed bytes, not the whole answer.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=30.0)
+_CLOSE_GRACE = 2.0
+_DETAIL_LIMIT = 500
+
+
+class ApiKey:
+    """A secret that never shows in `repr`, `str`, pickles or log lines."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def redact(self, text: str) -> str:
+        return text.replace(self._value, "***") if self._value else text
+
+    def __repr__(self) -> str:
+        return "ApiKey('***')"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("ApiKey cannot be pickled")
+
+
+@frozen
+class OpenedStream:
+    """A 2xx streaming response whose first body bytes have already been read."""
+
+    response: httpx.Response
+    chunks: AsyncIterator[bytes]
+    first: bytes
+
+
+def error_fields(payload: object, fallback: str = "") -> tuple[str, str | None, str | None]:
+    """(message, error type, error code) of a parsed `{"error": {...}}` provider payload."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(error, dict):
+        return fallback[:_DETAIL_LIMIT], None, None
+    message = error.get("message")
+    kind = error.get("type")
+    code = error.get("code")
+    return (
+        str(message)[:_DETAIL_LIMIT] if message is not None else fallback[:_DETAIL_LIMIT],
+        kind if isinstance(kind, str) else None,
+        code if isinstance(code, str) else None,
+    )
+
+
+def error_detail(body: bytes) -> tuple[str, str | None, str | None]:
+    """`error_fields` of a raw error body; a body that is not JSON is its own message."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return text[:_DETAIL_LIMIT], None, None
+    return error_fields(payload, text)
+
+
+async def _close_quietly(response: httpx.Response, chunks: AsyncIterator[bytes] | None) -> None:
+    # Shielded so a cancelled call still releases its connection, but bounded in time.
+    with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_GRACE):
+        aclose = getattr(chunks, "aclose", None)
+        try:
+            if aclose is not None:
+                await aclose()
+            await response.aclose()
+        except httpx.HTTPError:
+            log.debug("ignored an error while closing a model response")
+
+
+class HttpSseProvider(ABC):
+    """Base of the SSE adapters. Subclasses build bodies and map events to chunks."""
+
+    name: str
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        name: str,
+        key_env: str,
+        timeout: float | httpx.Timeout,
+        max_retries: int | None,
+        retry: RetryPolicy | None,
+        context_windows: Mapping[str, int] | None,
+    ) -> None:
+        self.name = name
+        self.base_url = base_url.rstrip("/")
+        self.key_env = key_env
+        self._key = ApiKey(api_key) if api_key else None
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        policy = retry if retry is not None else RetryPolicy()
+        self.retry = (
+            policy if max_retries is None else attrs.evolve(policy, max_retries=max_retries)
+        )
+        self._context_windows = dict(context_windows or {})
+        self._http: httpx.AsyncClient | None = None
+        self._http_run: trio.lowlevel.TrioToken | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"
+
+    def model_info(self, model: str) -> ModelInfo | None:
+        window = self._context_windows.get(model)
+        return ModelInfo(window) if window is not None else None
+
+    def _api_key(self) -> ApiKey:
+        if self._key is None:
+            # Resolved per call so a key exported after construction is still picked up.
+            value = os.environ.get(self.key_env)
+            if not value:
+                raise ProviderError(
+                    f"{self.name}: no API key: pass api_key= or set {self.key_env}", AUTHENTICATION
+                )
+            self._key = ApiKey(value)
+        return self._key
+
+    def redact(self, text: str) -> str:
+        return self._key.redact(text) if self._key is not None else text
+
+    def _client(self) -> httpx.AsyncClient:
+        # A pooled connection belongs to one trio run; a provider reused by a later run
+        # (tests, scripts) gets a fresh client instead of a dead pool.
+        token = trio.lowlevel.current_trio_token()
+        if self._http is None or self._http_run is not token:
+            self._http = httpx.AsyncClient(timeout=self._timeout)
+            self._http_run = token
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close pooled connections of the current run (a no-op when none are open)."""
+        if self._http is not None and self._http_run is trio.lowlevel.current_trio_token():
+            await self._http.aclose()
+        self._http = None
+        self._http_run = None
+
+    @abstractmethod
+    def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
+        """The typed error for a non-2xx answer (each wire format words errors its own way)."""
+
+    def _fail(self, message: str, code: str, exc: BaseException | None = None) -> NoReturn:
+        raise ProviderError(self.redact(message), code) from exc
+
+    async def _open(self, url: str, headers: dict[str, str], body: bytes) -> OpenedStream:
+        client = self._client()
+        request = client.build_request("POST", url, headers=headers, content=body)
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            message = self.redact(
+                f"{self.name}: timed out before a response ({type(exc).__name__})"
+            )
+            raise TransientProviderError(message, TIMEOUT) from exc
+        except httpx.TransportError as exc:
+            message = self.redact(f"{self.name}: connection failed before a response: {exc}")
+            raise TransientProviderError(message, CONNECTION_ERROR) from exc
+        chunks: AsyncIterator[bytes] | None = None
+        try:
+            if not 200 <= response.status_code < 300:
+                try:
+                    detail = await response.aread()
+                except httpx.HTTPError:
+                    detail = b""
+                raise self._status_error(response.status_code, detail, response.headers)
+            chunks = response.aiter_bytes()
+            try:
+                first = await anext(chunks)
+            except StopAsyncIteration:
+                message = f"{self.name}: the response ended before its first byte"
+                raise TransientProviderError(message, CONNECTION_ERROR) from None
+            except httpx.TimeoutException as exc:
+                message = self.redact(f"{self.name}: timed out before the first byte")
+                raise TransientProviderError(message, TIMEOUT) from exc
+            except httpx.TransportError as exc:
+                message = self.redact(f"{self.name}: disconnected before the first byte: {exc}")
+                raise TransientProviderError(message, CONNECTION_ERROR) from exc
+        except BaseException:
+            await _close_quietly(response, chunks)
+            raise
+        return OpenedStream(response, chunks, first)
+
+    async def _post_events(
+        self, url: str, headers: dict[str, str], body: bytes
+    ) -> AsyncGenerator[SseEvent, None]:
+        """Events of one streamed POST; transport retries end at the first byte."""
+        log.debug("%s: POST %s (%d bytes)", self.name, url, len(body))
+        opened = await self.retry.call(self._open, url, headers, body)
+        decoder = SseDecoder()
+        try:
+            for event in decoder.feed(opened.first):
+                yield event
+            async for data in opened.chunks:
+                for event in decoder.feed(data):
+                    yield event
+        except httpx.HTTPError as exc:
+            self._fail(
+                f"{self.name}: stream interrupted after the first byte "
+                f"({type(exc).__name__}: {exc})",
+                STREAM_INTERRUPTED,
+                exc,
+            )
+        finally:
+            await _close_quietly(opened.response, opened.chunks)
+
+    def _decode(self, event: SseEvent) -> dict[str, Any]:
+        try:
+            payload = orjson.loads(event.data)
+        except orjson.JSONDecodeError as exc:
+            self._fail(
+                f"{self.name}: undecodable stream event {event.event!r}", PROTOCOL_ERROR, exc
+            )
+        if not isinstance(payload, dict):
+            self._fail(
+                f"{self.name}: stream event {event.event!r} is not an object", PROTOCOL_ERROR
+            )
+        return payload

@@ -1,0 +1,417 @@
+"""OpenAI Chat Completions adapter (and DeepSeek, which speaks the same wire format).
+
+Maps a frozen `Request` to a canonical JSON body and the SSE stream back to chunks. Usage
+buckets are disjoint: `input = prompt_tokens − cached_tokens` (DeepSeek: the cache-miss
+count). `output` is the billed completion count; `reasoning` is the part of it spent thinking.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
+from typing import Any, ClassVar
+
+import httpx
+from actorloop.codecs.jsonvalue import canonical_json
+from actorloop.runtime.chunks import (
+    BlockEnd,
+    BlockKind,
+    BlockStart,
+    ErrorInfo,
+    Finish,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageReport,
+)
+from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.header import ToolSchema
+from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
+from actorloop.runtime.providers.http import (
+    DEFAULT_TIMEOUT,
+    HttpSseProvider,
+    error_detail,
+    error_fields,
+)
+from actorloop.runtime.providers.retry import (
+    CONTENT_FILTERED,
+    CONTEXT_WINDOW_EXCEEDED,
+    INSUFFICIENT_QUOTA,
+    PROTOCOL_ERROR,
+    PROVIDER_ERROR,
+    RATE_LIMITED,
+    STREAM_INTERRUPTED,
+    RetryPolicy,
+    parse_retry_after,
+    status_error,
+)
+from actorloop.runtime.request import Request
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+# DeepSeek documents this base for OpenAI-compatible clients ("/v1" also works there).
+DEEPSEEK_BASE_URL = "https://api.deepseek.com"
+
+_CONTEXT_MARKERS = ("maximum context length", "context_length_exceeded", "context window")
+
+
+def prompt_cache_key(session_id: str) -> str:
+    """A routing key per session that does not disclose the session id."""
+    return "actorloop-" + hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32]
+
+
+def tool_parameters(tool: ToolSchema) -> Mapping[str, Any]:
+    """The JSON schema of a tool; both wire formats want an object schema, never `{}`."""
+    return tool.parameters or {"type": "object", "properties": {}}
+
+
+def is_context_overflow(message: str, code: str | None) -> bool:
+    lowered = message.lower()
+    return code == "context_length_exceeded" or any(m in lowered for m in _CONTEXT_MARKERS)
+
+
+def _text_content(texts: list[str]) -> str | list[dict[str, str]]:
+    if len(texts) == 1:
+        return texts[0]
+    if not texts:
+        return ""
+    return [{"type": "text", "text": text} for text in texts]
+
+
+def _wire_messages(message: Message, reasoning_passback: bool) -> list[dict[str, Any]]:
+    if message.role == "assistant":
+        texts = [block.text for block in message.content if isinstance(block, Text)]
+        calls = [block for block in message.content if isinstance(block, ToolCall)]
+        wire: dict[str, Any] = {"role": "assistant"}
+        wire["content"] = "".join(texts) if texts or not calls else None
+        if calls:
+            wire["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments or "{}"},
+                }
+                for call in calls
+            ]
+        thoughts = [block.text for block in message.content if isinstance(block, Reasoning)]
+        if reasoning_passback and thoughts:
+            wire["reasoning_content"] = "".join(thoughts)
+        return [wire]
+    # Tool results must directly follow the assistant tool calls, so they go first;
+    # any text of the same message follows as its own message.
+    results = [block for block in message.content if isinstance(block, ToolResult)]
+    texts = [block.text for block in message.content if isinstance(block, Text)]
+    wires: list[dict[str, Any]] = [
+        {
+            "role": "tool",
+            "tool_call_id": result.tool_call_id,
+            "content": "\n".join(part.text for part in result.content),
+        }
+        for result in results
+    ]
+    if texts or not results:
+        wires.append({"role": message.role, "content": _text_content(texts)})
+    return wires
+
+
+def openai_body(
+    request: Request,
+    *,
+    max_tokens_field: str = "max_completion_tokens",
+    reasoning_passback: bool = False,
+    send_prompt_cache_key: bool = True,
+) -> dict[str, Any]:
+    """The Chat Completions body: system message, prefix, history, tools in request order."""
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    for message in request.messages:
+        messages.extend(_wire_messages(message, reasoning_passback))
+    config = request.config
+    body: dict[str, Any] = {
+        "model": config.model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "parameters": tool_parameters(tool),
+                    **({"description": tool.description} if tool.description else {}),
+                },
+            }
+            for tool in request.tools
+        ]
+    if config.temperature is not None:
+        body["temperature"] = config.temperature
+    if config.max_tokens is not None:
+        body[max_tokens_field] = config.max_tokens
+    if config.stop:
+        body["stop"] = list(config.stop)
+    if send_prompt_cache_key:
+        body["prompt_cache_key"] = prompt_cache_key(request.session_id)
+    return body
+
+
+def usage_from_openai(usage: Mapping[str, Any]) -> TokenUsage:
+    """Disjoint buckets from an OpenAI or DeepSeek `usage` object."""
+    output = int(usage.get("completion_tokens") or 0)
+    reasoning = int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+    prompt = int(usage.get("prompt_tokens") or 0)
+    if "prompt_cache_hit_tokens" in usage or "prompt_cache_miss_tokens" in usage:
+        hit = int(usage.get("prompt_cache_hit_tokens") or 0)
+        miss = usage.get("prompt_cache_miss_tokens")
+        uncached = int(miss) if miss is not None else max(0, prompt - hit)
+        return TokenUsage(input=uncached, output=output, cache_read=hit, reasoning=reasoning)
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return TokenUsage(
+        input=max(0, prompt - cached), output=output, cache_read=cached, reasoning=reasoning
+    )
+
+
+class _ChatStreamMapper:
+    """Turns `chat.completion.chunk` payloads into our chunk grammar.
+
+    Text and reasoning blocks close when another kind starts; tool-call blocks stay open
+    until the finish reason, because parallel calls may interleave their argument deltas.
+    """
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._next_index = 0
+        self._open: tuple[BlockKind, int] | None = None
+        self._tools: dict[int, int] = {}
+        self._with_args: set[int] = set()
+        self.finish_reason: str | None = None
+        self.usage: TokenUsage | None = None
+
+    def feed(self, payload: Mapping[str, Any]) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage_from_openai(usage)
+        for choice in payload.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                out += self._delta("reasoning", reasoning)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                out += self._delta("text", content)
+            for call in delta.get("tool_calls") or ():
+                out += self._tool_delta(call)
+            reason = choice.get("finish_reason")
+            if reason and self.finish_reason is None:
+                self.finish_reason = reason
+                out += self._close_all()
+        return out
+
+    def _allocate(self) -> int:
+        index = self._next_index
+        self._next_index += 1
+        return index
+
+    def _close_open(self) -> list[StreamChunk]:
+        if self._open is None:
+            return []
+        index = self._open[1]
+        self._open = None
+        return [BlockEnd(index)]
+
+    def _delta(self, kind: BlockKind, text: str) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        if self._open is None or self._open[0] != kind:
+            out += self._close_open()
+            self._open = (kind, self._allocate())
+            out.append(BlockStart(self._open[1], kind))
+        index = self._open[1]
+        out.append(TextDelta(index, text) if kind == "text" else ReasoningDelta(index, text))
+        return out
+
+    def _tool_delta(self, call: Mapping[str, Any]) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        wire_index = int(call.get("index") or 0)
+        function = call.get("function") or {}
+        block = self._tools.get(wire_index)
+        if block is None:
+            name = function.get("name")
+            if not name:
+                raise ProviderError(
+                    f"{self._provider}: tool call {wire_index} started without a name",
+                    PROTOCOL_ERROR,
+                )
+            out += self._close_open()
+            block = self._allocate()
+            self._tools[wire_index] = block
+            call_id = call.get("id") or f"call_{wire_index}"
+            out.append(BlockStart(block, "tool_call", call_id=call_id, name=name))
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            self._with_args.add(block)
+            out.append(ToolCallDelta(block, arguments))
+        return out
+
+    def _close_all(self) -> list[StreamChunk]:
+        out = self._close_open()
+        for block in sorted(self._tools.values()):
+            if block not in self._with_args:
+                # A call without arguments still has to parse as a JSON object.
+                out.append(ToolCallDelta(block, "{}"))
+            out.append(BlockEnd(block))
+        return out
+
+    def final(self) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        if self.usage is not None:
+            out.append(UsageReport(self.usage))
+        reason = self.finish_reason
+        if reason == "length":
+            out.append(Finish("max-tokens"))
+        elif reason == "content_filter":
+            message = f"{self._provider}: the provider's content filter stopped the answer"
+            out.append(Finish("error", ErrorInfo(message, CONTENT_FILTERED)))
+        elif self._tools:
+            out.append(Finish("tool-calls"))
+        else:
+            out.append(Finish("stop"))
+        return out
+
+
+def _stream_error_code(message: str, kind: str | None, code: str | None) -> str:
+    if is_context_overflow(message, code):
+        return CONTEXT_WINDOW_EXCEEDED
+    if "rate_limit" in (kind or "") or "rate_limit" in (code or ""):
+        return RATE_LIMITED
+    return PROVIDER_ERROR
+
+
+class OpenAIChatProvider(HttpSseProvider):
+    """Streams `POST {base_url}/chat/completions`; `base_url` ends in `/v1` as in the openai SDK.
+
+    Sends `prompt_cache_key` (a hash of the session id) so one session's requests are routed
+    to the same prompt cache.
+    """
+
+    max_tokens_field: ClassVar[str] = "max_completion_tokens"
+    reasoning_passback: ClassVar[bool] = False
+    sends_prompt_cache_key: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        base_url: str = OPENAI_BASE_URL,
+        api_key: str | None = None,
+        *,
+        name: str = "openai",
+        key_env: str = "OPENAI_API_KEY",
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        context_windows: Mapping[str, int] | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            api_key,
+            name=name,
+            key_env=key_env,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry=retry,
+            context_windows=context_windows,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def build_body(self, request: Request) -> dict[str, Any]:
+        return openai_body(
+            request,
+            max_tokens_field=self.max_tokens_field,
+            reasoning_passback=self.reasoning_passback,
+            send_prompt_cache_key=self.sends_prompt_cache_key,
+        )
+
+    def body_bytes(self, request: Request) -> bytes:
+        """Canonical bytes: identical requests (and identical prefixes) give identical bytes."""
+        return canonical_json(self.build_body(request))
+
+    def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
+        message, _kind, code = error_detail(body)
+        message = self.redact(message)
+        mapped: str | None = None
+        if status in (400, 413) and is_context_overflow(message, code):
+            mapped = CONTEXT_WINDOW_EXCEEDED
+        elif code == "insufficient_quota":
+            mapped = INSUFFICIENT_QUOTA
+        return status_error(
+            self.name, status, message, code=mapped, retry_after=parse_retry_after(headers)
+        )
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        body = self.body_bytes(request)
+        headers = {
+            "authorization": f"Bearer {self._api_key().reveal()}",
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        }
+        mapper = _ChatStreamMapper(self.name)
+        async with aclosing(self._post_events(self.url, headers, body)) as events:
+            async for event in events:
+                if event.data.strip() == "[DONE]":
+                    break
+                payload = self._decode(event)
+                error = payload.get("error")
+                if isinstance(error, dict):
+                    message, kind, code = error_fields(payload)
+                    message = self.redact(f"{self.name}: {message}")
+                    yield Finish(
+                        "error", ErrorInfo(message, _stream_error_code(message, kind, code))
+                    )
+                    return
+                for chunk in mapper.feed(payload):
+                    yield chunk
+        if mapper.finish_reason is None:
+            self._fail(f"{self.name}: the stream ended before a finish reason", STREAM_INTERRUPTED)
+        for chunk in mapper.final():
+            yield chunk
+
+
+class DeepSeekProvider(OpenAIChatProvider):
+    """DeepSeek's OpenAI-compatible API: `max_tokens`, `reasoning_content` sent back (its
+    thinking mode requires it across tool calls), cache hit/miss usage fields, and no
+    `prompt_cache_key` (DeepSeek caches prefixes automatically)."""
+
+    max_tokens_field: ClassVar[str] = "max_tokens"
+    reasoning_passback: ClassVar[bool] = True
+    sends_prompt_cache_key: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        base_url: str = DEEPSEEK_BASE_URL,
+        api_key: str | None = None,
+        *,
+        name: str = "deepseek",
+        key_env: str = "DEEPSEEK_API_KEY",
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        context_windows: Mapping[str, int] | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            api_key,
+            name=name,
+            key_env=key_env,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry=retry,
+            context_windows=context_windows,
+        )

@@ -1,0 +1,54 @@
+"""Provider specs (`sim`, `sim:openai`, `openai:MODEL`, ...) → a configured provider and model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from actorloop.runtime.errors import ActorloopError
+from actorloop.runtime.providers.anthropic import AnthropicProvider
+from actorloop.runtime.providers.base import Provider
+from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
+from actorloop.runtime.providers.sim import SimProvider
+
+SPEC_FORMS = "sim, sim:anthropic, sim:openai, openai:MODEL, anthropic:MODEL or deepseek:MODEL"
+
+_HTTP: dict[str, Callable[..., Provider]] = {
+    "openai": OpenAIChatProvider,
+    "anthropic": AnthropicProvider,
+    "deepseek": DeepSeekProvider,
+}
+
+
+class ProviderSpecError(ActorloopError, ValueError):
+    """A provider spec that names no known provider (or misuses one); `spec` is the input."""
+
+    def __init__(self, spec: str, problem: str) -> None:
+        super().__init__(f"provider spec {spec!r}: {problem}")
+        self.spec = spec
+        self.problem = problem
+
+
+def provider_from_spec(
+    spec: str, *, base_url: str | None = None, api_key: str | None = None
+) -> tuple[Provider, str | None]:
+    """The provider for `spec` and the model it names (None for the simulator).
+
+    The model is everything after the first colon, so `openai:ft:gpt-4o:org:id` works.
+    HTTP providers read their key from the environment unless `api_key` is given.
+    """
+    kind, sep, rest = spec.strip().partition(":")
+    if kind == "sim":
+        mode = rest or "anthropic"
+        if mode not in ("anthropic", "openai"):
+            raise ProviderSpecError(spec, f"unknown simulator mode {mode!r} (anthropic, openai)")
+        if base_url is not None or api_key is not None:
+            raise ProviderSpecError(spec, "the simulator takes no base_url or api_key")
+        return SimProvider("anthropic" if mode == "anthropic" else "openai"), None
+    factory = _HTTP.get(kind)
+    if factory is None:
+        raise ProviderSpecError(spec, f"unknown provider; expected {SPEC_FORMS}")
+    if not sep or not rest:
+        raise ProviderSpecError(spec, f"missing model name; write {kind}:MODEL")
+    if base_url is not None:
+        return factory(base_url, api_key), rest
+    return factory(api_key=api_key), rest

@@ -1,0 +1,447 @@
+"""OpenAIChatProvider and DeepSeekProvider against a real local SSE server."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from actorloop.codecs.jsonvalue import canonical_json
+from actorloop.runtime.chunks import (
+    BlockEnd,
+    BlockStart,
+    ChunkAssembler,
+    ErrorInfo,
+    Finish,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageReport,
+)
+from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.header import LlmCallConfig, ToolSchema
+from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
+from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
+from actorloop.runtime.providers.retry import RetryPolicy
+from actorloop.runtime.request import Request
+from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, json_reply, openai_stream
+
+KEY = "sk-test-openai-key-0001"
+TOOLS = (
+    ToolSchema(
+        "lookup", "Find a word", {"type": "object", "properties": {"q": {"type": "string"}}}
+    ),
+    ToolSchema("now"),
+)
+PREFIX = (Message.user("catalogue: skills A, B"), Message.assistant("noted"))
+
+
+class Waits:
+    """Injected backoff sleep: records each wait instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+@pytest.fixture
+def server() -> Iterator[SseServer]:
+    with SseServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def waits() -> Waits:
+    return Waits()
+
+
+def openai(server: SseServer, waits: Waits, **kwargs: Any) -> OpenAIChatProvider:
+    return OpenAIChatProvider(server.url + "/v1", KEY, retry=RetryPolicy(sleep=waits), **kwargs)
+
+
+def make_request(*history: Message, session: str = "session-1") -> Request:
+    config = LlmCallConfig("gpt-test", temperature=0.2, max_tokens=256, stop=("END",))
+    return Request(
+        session, config, "You are terse.", TOOLS, PREFIX + history, prefix_length=len(PREFIX)
+    )
+
+
+async def collect(provider: OpenAIChatProvider, request: Request) -> list[StreamChunk]:
+    return [chunk async for chunk in provider.stream(request)]
+
+
+def delta(**fields: Any) -> dict[str, Any]:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": fields}]}
+
+
+def finish(reason: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}
+
+
+def usage(**fields: Any) -> dict[str, Any]:
+    return {"choices": [], "usage": fields}
+
+
+HELLO = openai_stream(
+    delta(role="assistant", content="Hel"),
+    delta(content="lo"),
+    finish("stop"),
+    usage(prompt_tokens=50, completion_tokens=2, prompt_tokens_details={"cached_tokens": 0}),
+)
+HELLO_CHUNKS = [
+    BlockStart(0, "text"),
+    TextDelta(0, "Hel"),
+    TextDelta(0, "lo"),
+    BlockEnd(0),
+    UsageReport(TokenUsage(input=50, output=2)),
+    Finish("stop"),
+]
+EXPECTED_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Find a word",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "now", "parameters": {"type": "object", "properties": {}}},
+    },
+]
+
+
+async def test_text_stream_and_exact_request(server: SseServer, waits: Waits) -> None:
+    server.push(HELLO)
+    chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert chunks == HELLO_CHUNKS
+    [seen] = server.requests
+    assert seen.path == "/v1/chat/completions"
+    assert seen.headers["authorization"] == f"Bearer {KEY}"
+    assert seen.headers["content-type"] == "application/json"
+    expected = {
+        "model": "gpt-test",
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "catalogue: skills A, B"},
+            {"role": "assistant", "content": "noted"},
+            {"role": "user", "content": "hi"},
+        ],
+        "tools": EXPECTED_TOOLS,
+        "temperature": 0.2,
+        "max_completion_tokens": 256,
+        "stop": ["END"],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "prompt_cache_key": "actorloop-" + hashlib.sha256(b"session-1").hexdigest()[:32],
+    }
+    assert seen.json() == expected
+    assert seen.body == canonical_json(expected)
+    assert b"session-1" not in seen.body
+    assert waits.calls == []
+
+
+async def test_tool_calls_with_split_arguments_and_cached_usage(
+    server: SseServer, waits: Waits
+) -> None:
+    server.push(
+        openai_stream(
+            delta(
+                role="assistant",
+                content=None,
+                tool_calls=[
+                    {
+                        "index": 0,
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": ""},
+                    }
+                ],
+            ),
+            delta(tool_calls=[{"index": 0, "function": {"arguments": '{"q":'}}]),
+            delta(tool_calls=[{"index": 0, "function": {"arguments": '"y"}'}}]),
+            delta(
+                tool_calls=[
+                    {
+                        "index": 1,
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "now", "arguments": ""},
+                    }
+                ]
+            ),
+            finish("tool_calls"),
+            usage(
+                prompt_tokens=2000,
+                completion_tokens=30,
+                prompt_tokens_details={"cached_tokens": 1920},
+                completion_tokens_details={"reasoning_tokens": 0},
+            ),
+        ).rechunked(7)
+    )
+    history = (
+        Message.user("look up x"),
+        Message("assistant", (Text("checking"), ToolCall("call_1", "lookup", '{"q":"x"}'))),
+        Message("user", (ToolResult("call_1", (Text("found"),)), Text("also consider y"))),
+    )
+    chunks = await collect(openai(server, waits), make_request(*history))
+    assert chunks == [
+        BlockStart(0, "tool_call", call_id="call_a", name="lookup"),
+        ToolCallDelta(0, '{"q":'),
+        ToolCallDelta(0, '"y"}'),
+        BlockStart(1, "tool_call", call_id="call_b", name="now"),
+        BlockEnd(0),
+        ToolCallDelta(1, "{}"),
+        BlockEnd(1),
+        UsageReport(TokenUsage(input=80, output=30, cache_read=1920)),
+        Finish("tool-calls"),
+    ]
+    assembler = ChunkAssembler()
+    for chunk in chunks:
+        assembler.feed(chunk)
+    assert assembler.content() == (
+        ToolCall("call_a", "lookup", '{"q":"y"}'),
+        ToolCall("call_b", "now", "{}"),
+    )
+    assert server.requests[0].json()["messages"][3:] == [
+        {"role": "user", "content": "look up x"},
+        {
+            "role": "assistant",
+            "content": "checking",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": '{"q":"x"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "found"},
+        {"role": "user", "content": "also consider y"},
+    ]
+
+
+async def test_deepseek_reasoning_and_cache_usage(server: SseServer, waits: Waits) -> None:
+    server.push(
+        openai_stream(
+            delta(role="assistant", reasoning_content="Let me "),
+            delta(reasoning_content="think."),
+            delta(content="Answer"),
+            finish("stop"),
+            usage(
+                prompt_tokens=100,
+                completion_tokens=20,
+                prompt_cache_hit_tokens=64,
+                prompt_cache_miss_tokens=36,
+                completion_tokens_details={"reasoning_tokens": 12},
+            ),
+        )
+    )
+    provider = DeepSeekProvider(server.url, KEY, retry=RetryPolicy(sleep=waits))
+    history = (
+        Message.user("q"),
+        Message("assistant", (Reasoning("prior thought"), ToolCall("c1", "now", ""))),
+        Message("user", (ToolResult("c1", (Text("noon"),)),)),
+    )
+    chunks = await collect(provider, make_request(*history))
+    assert chunks == [
+        BlockStart(0, "reasoning"),
+        ReasoningDelta(0, "Let me "),
+        ReasoningDelta(0, "think."),
+        BlockEnd(0),
+        BlockStart(1, "text"),
+        TextDelta(1, "Answer"),
+        BlockEnd(1),
+        UsageReport(TokenUsage(input=36, output=20, cache_read=64, reasoning=12)),
+        Finish("stop"),
+    ]
+    [seen] = server.requests
+    assert seen.path == "/chat/completions"
+    body = seen.json()
+    assert "prompt_cache_key" not in body
+    assert body["max_tokens"] == 256 and "max_completion_tokens" not in body
+    assert body["messages"][4] == {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "prior thought",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}
+        ],
+    }
+    assert body["messages"][5] == {"role": "tool", "tool_call_id": "c1", "content": "noon"}
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("length", Finish("max-tokens")),
+        (
+            "content_filter",
+            Finish(
+                "error",
+                ErrorInfo(
+                    "openai: the provider's content filter stopped the answer", "CONTENT_FILTERED"
+                ),
+            ),
+        ),
+    ],
+)
+async def test_finish_reasons(
+    server: SseServer, waits: Waits, reason: str, expected: Finish
+) -> None:
+    server.push(openai_stream(delta(content="cut"), finish(reason)))
+    chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert chunks == [BlockStart(0, "text"), TextDelta(0, "cut"), BlockEnd(0), expected]
+
+
+async def test_error_event_mid_stream_ends_with_error_finish(
+    server: SseServer, waits: Waits
+) -> None:
+    server.push(
+        openai_stream(
+            delta(content="par"),
+            {"error": {"message": "The server had an error", "type": "server_error"}},
+            done=False,
+        )
+    )
+    chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert chunks == [
+        BlockStart(0, "text"),
+        TextDelta(0, "par"),
+        Finish("error", ErrorInfo("openai: The server had an error", "PROVIDER_ERROR")),
+    ]
+    assert len(server.requests) == 1
+
+
+async def test_context_window_exceeded_is_typed_and_not_retried(
+    server: SseServer, waits: Waits
+) -> None:
+    server.push(
+        json_reply(
+            400,
+            {
+                "error": {
+                    "message": "This model's maximum context length is 128000 tokens.",
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                }
+            },
+        )
+    )
+    with pytest.raises(ProviderError) as caught:
+        await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert caught.value.code == "CONTEXT_WINDOW_EXCEEDED"
+    assert not caught.value.retryable
+    assert "maximum context length" in str(caught.value)
+    assert len(server.requests) == 1 and waits.calls == []
+
+
+async def test_authentication_error_is_not_retried(server: SseServer, waits: Waits) -> None:
+    server.push(json_reply(401, {"error": {"message": "bad key", "type": "invalid_api_key"}}))
+    with pytest.raises(ProviderError) as caught:
+        await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert caught.value.code == "AUTHENTICATION"
+    assert len(server.requests) == 1
+
+
+async def test_429_honours_retry_after_then_succeeds(server: SseServer, waits: Waits) -> None:
+    server.push(json_reply(429, {"error": {"message": "slow down"}}, [("retry-after", "3")]), HELLO)
+    chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert chunks == HELLO_CHUNKS
+    assert waits.calls == [3.0]
+    assert len(server.requests) == 2
+    assert server.requests[0].body == server.requests[1].body
+
+
+async def test_retry_after_beyond_the_bound_surfaces_rate_limited(
+    server: SseServer, waits: Waits
+) -> None:
+    server.push(json_reply(429, {"error": {"message": "quota"}}, [("retry-after", "3600")]))
+    with pytest.raises(ProviderError) as caught:
+        await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert caught.value.code == "RATE_LIMITED"
+    assert len(server.requests) == 1 and waits.calls == []
+
+
+async def test_500_then_success_with_jittered_backoff(server: SseServer, waits: Waits) -> None:
+    server.push(json_reply(500, {"error": {"message": "oops"}}), HELLO)
+    chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert chunks == HELLO_CHUNKS
+    assert len(server.requests) == 2
+    [wait] = waits.calls
+    assert 0.0 <= wait <= 0.5
+
+
+async def test_retries_are_bounded(server: SseServer, waits: Waits) -> None:
+    server.push(*[json_reply(503, {"error": {"message": "down"}})] * 3)
+    with pytest.raises(ProviderError) as caught:
+        await collect(openai(server, waits, max_retries=2), make_request(Message.user("hi")))
+    assert caught.value.code == "PROVIDER_ERROR"
+    assert "HTTP 503" in str(caught.value)
+    assert len(server.requests) == 3 and len(waits.calls) == 2
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        DROP_BEFORE_RESPONSE,
+        Reply(drop_after=0),
+        Reply(stall=1.0, pieces=(b"data: late\n\n",)),
+    ],
+    ids=["no-response", "headers-then-close", "read-timeout"],
+)
+async def test_failure_before_first_byte_is_retried(
+    server: SseServer, waits: Waits, failure: Reply
+) -> None:
+    server.push(failure, HELLO)
+    provider = openai(server, waits, timeout=httpx.Timeout(5.0, read=0.3))
+    chunks = await collect(provider, make_request(Message.user("hi")))
+    assert chunks == HELLO_CHUNKS
+    assert len(server.requests) == 2 and len(waits.calls) == 1
+
+
+async def test_drop_after_first_byte_is_interrupted_not_retried(
+    server: SseServer, waits: Waits
+) -> None:
+    cut = Reply(pieces=HELLO.pieces, drop_after=1)
+    server.push(cut, HELLO)
+    seen: list[StreamChunk] = []
+    with pytest.raises(ProviderError) as caught:
+        async for chunk in openai(server, waits).stream(make_request(Message.user("hi"))):
+            seen.append(chunk)
+    assert caught.value.code == "STREAM_INTERRUPTED"
+    assert not caught.value.retryable
+    assert seen == [BlockStart(0, "text"), TextDelta(0, "Hel")]
+    assert len(server.requests) == 1 and waits.calls == []
+
+
+async def test_clean_end_without_finish_is_interrupted(server: SseServer, waits: Waits) -> None:
+    server.push(openai_stream(delta(content="Hel"), done=False))
+    with pytest.raises(ProviderError) as caught:
+        await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert caught.value.code == "STREAM_INTERRUPTED"
+    assert len(server.requests) == 1
+
+
+async def test_request_bytes_extend_across_steps(server: SseServer, waits: Waits) -> None:
+    server.push(HELLO, HELLO)
+    provider = openai(server, waits)
+    first_history = (Message.user("hi"),)
+    await collect(provider, make_request(*first_history))
+    await collect(
+        provider, make_request(*first_history, Message.assistant("Hello"), Message.user("more"))
+    )
+    body1, body2 = (seen.body for seen in server.requests)
+    tail = canonical_json({"role": "user", "content": "hi"})
+    end = body1.index(tail) + len(tail)
+    # Request 2 repeats request 1 byte for byte up to request 1's history tail.
+    assert body2[:end] == body1[:end]
+    assert body1[end : end + 1] == b"]" and body2[end : end + 1] == b","
+    assert body2[end:].startswith(b',{"content":"Hello","role":"assistant"}')
