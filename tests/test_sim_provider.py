@@ -246,3 +246,15 @@ async def test_context_window_exceeded() -> None:
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="mode"):
         SimProvider("gemini")  # type: ignore[arg-type]
+
+
+async def test_reading_a_longer_prefix_keeps_the_prefix_entry_alive(autojump_clock: Any) -> None:
+    sim = SimProvider("anthropic", output="ok")
+    steps = conversation(4)
+    for history in steps:
+        await usage_of(sim, make_request(*history))
+        await trio.sleep(200)
+    # 800 s after the prefix breakpoint was written, a rewritten history (as after a
+    # compaction) still reads it: every tail read refreshed it.
+    rewritten = await usage_of(sim, make_request(Message.user("summary"), Message.user("q")))
+    assert rewritten.cache_read == sim.prompt_tokens(make_request())

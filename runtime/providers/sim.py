@@ -12,7 +12,8 @@ session, like an organisation-level provider cache; entries expire on trio's clo
   are hashed in cache order (tools, system, messages). A read is the longest cached block
   boundary found at a breakpoint or up to 20 blocks before one; every breakpoint after it
   whose prefix reaches the 1024-token minimum is written. `input` is everything after the
-  last written breakpoint (or the read). Reads refresh the TTL.
+  last written breakpoint (or the read). A read refreshes the TTL of every cached prefix
+  it covers.
 * `openai` — the body comes from `openai_body`; tools then messages are hashed as one byte
   string. A read is the longest cached prefix of 1024 + k·128 tokens; every such prefix of
   the request is stored. OpenAI reports no cache writes.
@@ -249,7 +250,9 @@ class SimProvider:
         read = points[hit].tokens if hit >= 0 else 0
         writes = [i for i in breakpoints if i > hit and points[i].tokens >= self.min_cache_tokens]
         written = points[writes[-1]].tokens - read if writes else 0
-        keys = tuple(points[i].key for i in ([hit] if hit >= 0 else []) + writes)
+        # A read uses every shorter cached prefix too, so all of them are refreshed.
+        used = [i for i in range(hit + 1) if self.cache.live(points[i].key, now)]
+        keys = tuple(points[i].key for i in used + writes)
         usage = TokenUsage(input=total - read - written, cache_read=read, cache_write=written)
         return CachePlan(usage, total, keys)
 

@@ -1,0 +1,1 @@
+"""Benchmarks: runnable modules (`python -m benchmarks.NAME`) writing to `results/`."""
