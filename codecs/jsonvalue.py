@@ -61,6 +61,24 @@ class FrozenDict(dict[str, Any]):
 
 EMPTY_OBJECT = FrozenDict()
 
+SAFE_DEPTH = 100
+"""Arrays whose subtree is deeper than this are frozen as `DeepTuple` (see there)."""
+
+
+class DeepTuple(tuple[Any, ...]):
+    """A frozen array with a subtree deeper than SAFE_DEPTH levels.
+
+    orjson applies no recursion limit inside tuples and corrupts memory on deep
+    tuple/dict nests (seen with orjson 3.13 from ~700 levels: 'malloc(): invalid size').
+    orjson does not serialize tuple subclasses natively, so it hands a DeepTuple to our
+    `default`, which encodes the subtree iteratively (same bytes). Equal to a tuple.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DeepTuple, (tuple(self),))
+
 
 def _child_path(path: str, key: str | int) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
@@ -92,22 +110,28 @@ def freeze_json(value: object, path: str = "$") -> JsonValue:
     if not isinstance(value, (dict, list, tuple)):
         _check_scalar(value, path)
         return value
-    # Iterative post-order build: each container gets a slot list filled by its children.
+    # Iterative post-order build: each container gets a slot list filled by its children,
+    # and a height list so arrays know how deep their subtree is (see DeepTuple).
     root_holder: list[Any] = [None]
+    root_height: list[int] = [0]
     on_stack: set[int] = set()
-    # work items: (value, path, parent_list, index) or a finisher marker
-    stack: list[tuple[Any, ...]] = [("visit", value, path, root_holder, 0)]
+    # work items: (value, path, parent_list, parent_heights, index) or a finisher marker
+    stack: list[tuple[Any, ...]] = [("visit", value, path, root_holder, root_height, 0)]
     while stack:
         item = stack.pop()
         if item[0] == "finish":
-            _, node_id, kind, slots, keys, parent, index = item
+            _, node_id, kind, slots, heights, keys, parent, parent_heights, index = item
             on_stack.discard(node_id)
+            height = 1 + max(heights, default=0)
+            parent_heights[index] = height
             if kind == "object":
                 parent[index] = FrozenDict(zip(keys, slots, strict=True))
+            elif height > SAFE_DEPTH:
+                parent[index] = DeepTuple(slots)
             else:
                 parent[index] = tuple(slots)
             continue
-        _, node, node_path, parent, index = item
+        _, node, node_path, parent, parent_heights, index = item
         if isinstance(node, dict):
             node_id = id(node)
             if node_id in on_stack:
@@ -117,19 +141,26 @@ def freeze_json(value: object, path: str = "$") -> JsonValue:
                 if not isinstance(key, str):
                     raise JsonValueError(node_path, f"non-string key {key!r}")
             slots = [None] * len(keys)
+            heights = [0] * len(keys)
             on_stack.add(node_id)
-            stack.append(("finish", node_id, "object", slots, keys, parent, index))
+            stack.append(
+                ("finish", node_id, "object", slots, heights, keys, parent, parent_heights, index)
+            )
             for i in range(len(keys) - 1, -1, -1):
-                stack.append(("visit", node[keys[i]], _child_path(node_path, keys[i]), slots, i))
+                child_path = _child_path(node_path, keys[i])
+                stack.append(("visit", node[keys[i]], child_path, slots, heights, i))
         elif isinstance(node, (list, tuple)):
             node_id = id(node)
             if node_id in on_stack:
                 raise JsonValueError(node_path, "cycle detected")
             slots = [None] * len(node)
+            heights = [0] * len(node)
             on_stack.add(node_id)
-            stack.append(("finish", node_id, "array", slots, None, parent, index))
+            stack.append(
+                ("finish", node_id, "array", slots, heights, None, parent, parent_heights, index)
+            )
             for i in range(len(node) - 1, -1, -1):
-                stack.append(("visit", node[i], _child_path(node_path, i), slots, i))
+                stack.append(("visit", node[i], _child_path(node_path, i), slots, heights, i))
         else:
             _check_scalar(node, node_path)
             parent[index] = node
@@ -169,9 +200,22 @@ def loads_json(raw: bytes | str) -> Any:
         return _loads_deep(str(text))
 
 
+def _deep_sorted(value: object) -> orjson.Fragment:
+    if isinstance(value, DeepTuple):
+        return orjson.Fragment(_dumps_deep(value, True))
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def _deep_unsorted(value: object) -> orjson.Fragment:
+    if isinstance(value, DeepTuple):
+        return orjson.Fragment(_dumps_deep(value, False))
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
 def _dumps(value: object, *, sort_keys: bool) -> bytes:
+    option, default = (orjson.OPT_SORT_KEYS, _deep_sorted) if sort_keys else (None, _deep_unsorted)
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
+        return orjson.dumps(value, default=default, option=option)
     except TypeError as exc:
         if "Recursion limit" not in str(exc):
             raise
