@@ -419,3 +419,15 @@ async def test_request_bytes_extend_across_steps(server: SseServer, waits: Waits
     assert body2[:start] == body1[:start]
     assert body2[start:].startswith(canonical_json({"text": "hi", "type": "text"}))
     assert body1[:start].count(b"cache_control") == 1  # the prefix breakpoint
+
+
+async def test_tool_use_without_id_is_a_protocol_error(server: SseServer, waits: Waits) -> None:
+    server.push(
+        anthropic_stream(
+            message_start(input_tokens=5),
+            block_start(0, {"type": "tool_use", "name": "lookup", "input": {}}),
+        )
+    )
+    with pytest.raises(ProviderError) as caught:
+        await collect(anthropic(server, waits), make_request(Message.user("hi")))
+    assert caught.value.code == "PROTOCOL_ERROR"

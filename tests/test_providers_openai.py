@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -445,3 +446,38 @@ async def test_request_bytes_extend_across_steps(server: SseServer, waits: Waits
     assert body2[:end] == body1[:end]
     assert body1[end : end + 1] == b"]" and body2[end : end + 1] == b","
     assert body2[end:].startswith(b',{"content":"Hello","role":"assistant"}')
+
+
+async def test_json_instead_of_a_stream_is_a_protocol_error(
+    server: SseServer, waits: Waits
+) -> None:
+    server.push(json_reply(200, {"error": {"message": "streaming unsupported"}}))
+    with pytest.raises(ProviderError) as caught:
+        await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert caught.value.code == "PROTOCOL_ERROR"
+    assert "streaming unsupported" in str(caught.value)
+    assert len(server.requests) == 1 and waits.calls == []
+
+
+async def test_cancel_before_the_first_byte_is_not_retried(server: SseServer, waits: Waits) -> None:
+    server.push(Reply(stall=0.5, pieces=HELLO.pieces), HELLO)
+    provider = openai(server, waits)
+    with trio.move_on_after(0.1) as scope:
+        await collect(provider, make_request(Message.user("hi")))
+    assert scope.cancelled_caught
+    assert len(server.requests) == 1 and waits.calls == []
+    # The provider stays usable after a cancelled call.
+    server.requests.clear()
+    server.push(HELLO)
+    assert await collect(provider, make_request(Message.user("hi"))) == HELLO_CHUNKS
+
+
+async def test_cancel_mid_stream_stops_cleanly(server: SseServer, waits: Waits) -> None:
+    server.push(Reply(pieces=HELLO.pieces[:1], drop_after=None, stall=0.0))
+    seen: list[StreamChunk] = []
+    with trio.CancelScope() as scope:
+        async for chunk in openai(server, waits).stream(make_request(Message.user("hi"))):
+            seen.append(chunk)
+            scope.cancel()
+    assert seen == [BlockStart(0, "text")]
+    assert len(server.requests) == 1

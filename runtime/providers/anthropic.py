@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import orjson
+import trio
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -35,14 +36,15 @@ from actorloop.runtime.providers.http import (
     HttpSseProvider,
     error_detail,
     error_fields,
+    tool_parameters,
 )
-from actorloop.runtime.providers.openai import tool_parameters
 from actorloop.runtime.providers.retry import (
     AUTHENTICATION,
     CONTENT_FILTERED,
     CONTEXT_WINDOW_EXCEEDED,
     INVALID_REQUEST,
     OVERLOADED,
+    PROTOCOL_ERROR,
     PROVIDER_ERROR,
     RATE_LIMITED,
     STREAM_INTERRUPTED,
@@ -230,8 +232,14 @@ class _MessagesStreamMapper:
                 )
             return out
         if wire_type == "tool_use":
+            call_id, name = block.get("id"), block.get("name")
+            if not call_id or not name:
+                raise ProviderError(
+                    f"{self._provider}: tool_use block {index} lacks an id or a name",
+                    PROTOCOL_ERROR,
+                )
             self._kinds[index] = "tool_call"
-            out = [BlockStart(index, "tool_call", call_id=block.get("id"), name=block.get("name"))]
+            out = [BlockStart(index, "tool_call", call_id=call_id, name=name)]
             if block.get("input"):
                 self._with_args.add(index)
                 out.append(ToolCallDelta(index, canonical_json(block["input"]).decode()))
@@ -365,4 +373,5 @@ class AnthropicProvider(HttpSseProvider):
         if mapper.stop_reason is None:
             self._fail(f"{self.name}: the stream ended before a stop reason", STREAM_INTERRUPTED)
         for chunk in mapper.final():
+            await trio.lowlevel.checkpoint()
             yield chunk

@@ -14,6 +14,7 @@ import httpx
 import orjson
 import trio
 from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.header import ToolSchema
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.providers.retry import (
     AUTHENTICATION,
@@ -65,6 +66,11 @@ class OpenedStream:
     response: httpx.Response
     chunks: AsyncIterator[bytes]
     first: bytes
+
+
+def tool_parameters(tool: ToolSchema) -> Mapping[str, Any]:
+    """The JSON schema of a tool; both wire formats want an object schema, never `{}`."""
+    return tool.parameters or {"type": "object", "properties": {}}
 
 
 def error_fields(payload: object, fallback: str = "") -> tuple[str, str | None, str | None]:
@@ -199,6 +205,13 @@ class HttpSseProvider(ABC):
                 except httpx.HTTPError:
                     detail = b""
                 raise self._status_error(response.status_code, detail, response.headers)
+            if response.headers.get("content-type", "").startswith("application/json"):
+                # Some compatible servers ignore `stream: true` or answer errors with 200.
+                message, _kind, _code = error_detail(await response.aread())
+                raise ProviderError(
+                    self.redact(f"{self.name}: expected an event stream, got JSON: {message}"),
+                    PROTOCOL_ERROR,
+                )
             chunks = response.aiter_bytes()
             try:
                 first = await anext(chunks)

@@ -13,6 +13,7 @@ from contextlib import aclosing
 from typing import Any, ClassVar
 
 import httpx
+import trio
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -28,13 +29,13 @@ from actorloop.runtime.chunks import (
     UsageReport,
 )
 from actorloop.runtime.errors import ProviderError
-from actorloop.runtime.header import ToolSchema
 from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.http import (
     DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
     error_fields,
+    tool_parameters,
 )
 from actorloop.runtime.providers.retry import (
     CONTENT_FILTERED,
@@ -60,11 +61,6 @@ _CONTEXT_MARKERS = ("maximum context length", "context_length_exceeded", "contex
 def prompt_cache_key(session_id: str) -> str:
     """A routing key per session that does not disclose the session id."""
     return "actorloop-" + hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32]
-
-
-def tool_parameters(tool: ToolSchema) -> Mapping[str, Any]:
-    """The JSON schema of a tool; both wire formats want an object schema, never `{}`."""
-    return tool.parameters or {"type": "object", "properties": {}}
 
 
 def is_context_overflow(message: str, code: str | None) -> bool:
@@ -377,10 +373,14 @@ class OpenAIChatProvider(HttpSseProvider):
                     )
                     return
                 for chunk in mapper.feed(payload):
+                    # Buffered bytes need no network wait, so cancellation gets its own
+                    # checkpoint per chunk.
+                    await trio.lowlevel.checkpoint()
                     yield chunk
         if mapper.finish_reason is None:
             self._fail(f"{self.name}: the stream ended before a finish reason", STREAM_INTERRUPTED)
         for chunk in mapper.final():
+            await trio.lowlevel.checkpoint()
             yield chunk
 
 

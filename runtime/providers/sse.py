@@ -1,9 +1,12 @@
-"""Server-sent events: an incremental parser of `text/event-stream` bytes into events."""
+"""Server-sent events: an incremental parser of `text/event-stream` bytes into events.
+
+Fields other than `event`, `data` and `id` (e.g. `retry`) are ignored: adapters never
+reconnect, they retry whole requests before the first byte.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterable, AsyncIterator
 
 from attrs import frozen
 
@@ -31,7 +34,6 @@ class SseDecoder:
         self._event = ""
         self._data: list[str] = []
         self._last_id: str | None = None
-        self.retry_ms: int | None = None
 
     def feed(self, data: bytes) -> list[SseEvent]:
         self._buffer += data
@@ -52,11 +54,6 @@ class SseDecoder:
         del self._buffer[:consumed]
         return events
 
-    @property
-    def has_partial_event(self) -> bool:
-        """True when bytes or fields of an undispatched event are pending (a cut stream)."""
-        return bool(self._buffer) or bool(self._data)
-
     def _line(self, raw: bytes, events: list[SseEvent]) -> None:
         line = raw.decode("utf-8", "replace")
         if not line:
@@ -76,16 +73,5 @@ class SseDecoder:
             self._data.append(value)
         elif field == "event":
             self._event = value
-        elif field == "id":
-            if "\x00" not in value:
-                self._last_id = value
-        elif field == "retry" and value.isdigit():
-            self.retry_ms = int(value)
-
-
-async def iter_sse(chunks: AsyncIterable[bytes]) -> AsyncIterator[SseEvent]:
-    """Events of a byte stream, in order, as soon as each one is complete."""
-    decoder = SseDecoder()
-    async for chunk in chunks:
-        for event in decoder.feed(chunk):
-            yield event
+        elif field == "id" and "\x00" not in value:
+            self._last_id = value
