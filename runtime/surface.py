@@ -140,15 +140,29 @@ class SurfaceFold:
         message = project(event)
         if isinstance(op, Replace):
             start, end = self._pos[op.start], self._pos[op.end]
-            self._nodes[start : end + 1] = [event.seq]
-            self._derived[start : end + 1] = [message]
-            self._pos = {seq: index for index, seq in enumerate(self._nodes)}
-            self.generation += 1
             if start < self._messages_nodes:
-                kept = sum(1 for derived in self._derived[:start] if derived is not None)
+                # Keep the cached messages derived before `start`; count them from the
+                # nearer end of the cached range rather than always from position 0.
+                cached = self._messages_nodes
+                if start <= cached - start:
+                    kept = sum(1 for derived in self._derived[:start] if derived is not None)
+                else:
+                    dropped = sum(1 for d in self._derived[start:cached] if d is not None)
+                    kept = len(self._messages) - dropped
                 self._messages = self._messages[:kept]
                 self._messages_nodes = start
                 del self._chain[kept:]
+            shadowed = self._nodes[start : end + 1]
+            self._nodes[start : end + 1] = [event.seq]
+            self._derived[start : end + 1] = [message]
+            for seq in shadowed:
+                del self._pos[seq]
+            self._pos[event.seq] = start
+            if end > start:  # later nodes moved left: only their positions change
+                nodes = self._nodes
+                for index in range(start + 1, len(nodes)):
+                    self._pos[nodes[index]] = index
+            self.generation += 1
         else:
             self._pos[event.seq] = len(self._nodes)
             self._nodes.append(event.seq)
