@@ -292,3 +292,48 @@ def test_the_fold_of_written_header_events_equals_the_last_header(
         assert current == canonical(header)
     decoded = [decode_event(encode_event(e)) for e in events]
     assert fold(decoded) == fold(events)
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["append", "replace", "prune", "derive"]),
+            st.integers(0, 10_000),
+            st.integers(0, 10_000),
+        ),
+        max_size=40,
+    )
+)
+def test_random_replaces_keep_positions_and_derivation_exact(
+    steps: list[tuple[str, int, int]],
+) -> None:
+    """Appends, span replaces, single-node rewrites and derivations in any order: the
+    position index matches the surface and the derivation matches a replay."""
+    from strategies import LogBuilder
+
+    b = LogBuilder()
+    session = Session.create("s")
+    session.append_event(b.turn_start())
+    session.append_event(b.step_start())
+    for index, (kind, x, y) in enumerate(steps):
+        if kind == "append" or not b.nodes:
+            if x % 2:
+                call = b.tool_call(f"k{index}")
+                session.append_event(call)
+                session.append_event(b.tool_result(f"k{index}", f"r{index}", call.seq))
+            else:
+                session.append_event(b.user(f"u{index}"))
+        elif kind == "replace":
+            start = x % len(b.nodes)
+            end = start + y % (len(b.nodes) - start)
+            session.append_event(b.replace(start, end, f"s{index}"))
+        elif kind == "prune" and b.tool_results:
+            session.append_event(b.prune(b.tool_results[x % len(b.tool_results)], f"p{index}"))
+        else:
+            assert session.derive_messages() == replay(session.events).derive_messages()
+        fold_ = session.surface_fold
+        assert session.surface == tuple(b.nodes)
+        assert all(fold_.position(seq) == i for i, seq in enumerate(b.nodes))
+    assert session.derive_messages() == replay(session.events).derive_messages()
+    assert session.history_chain() == replay(session.events).history_chain()

@@ -745,3 +745,48 @@ def test_a_failing_observer_is_contained_and_logged(caplog: pytest.LogCaptureFix
     assert event.seq == 0 and len(session) == 1
     assert seen == [0]
     assert "observer failed" in caplog.text and "observer bug" in caplog.text
+
+
+# ----------------------------------------------------------------------- metadata
+
+
+def test_create_records_meta_and_labels() -> None:
+    from actorloop.runtime.session import SessionMeta
+
+    session = Session.create("abc", {"team": ["x"]})
+    assert session.id == "abc" == session.meta.id
+    assert session.meta.labels == {"team": ("x",)}
+    assert session.meta.parent_session is None and session.meta.seed_length is None
+    assert isinstance(session.meta.created_at, int)
+    meta = SessionMeta("abc")
+    assert Session.create("abc", meta).meta is meta
+    with pytest.raises(ValueError, match="differs from session id"):
+        Session.create("other", meta)
+
+
+def test_events_since_hands_out_new_events() -> None:
+    b = LogBuilder()
+    b.turn_start()
+    b.user("a")
+    session = Session.from_events("s", b.events)
+    assert session.events_since(0) == list(session.events)
+    session.append_event(b.user("b"))
+    assert session.events_since(2) == [session.events[2]]
+    assert session.events_since(3) == []
+    b2 = LogBuilder()
+    b2.turn_start()
+    b2.user("x")
+    b2.turn_end()
+    parent = Session.from_events("p", b2.events)
+    child = parent.fork(2, "c")
+    assert child.events_since(1) == list(parent.events[1:3])
+
+
+def test_append_event_detaches_ignorable_payloads() -> None:
+    session = open_turn()
+    payload: dict[str, Any] = {"k": [1]}
+    event = SessionEvent("x/y", 1, T0, IgnorableData(payload), None, None, ignorable=True)  # type: ignore[arg-type]
+    committed = session.append_event(event)
+    payload["k"].append(2)
+    assert committed.data == IgnorableData(freeze_object({"k": [1]}))
+    assert session.events[1].data.payload["k"] == (1,)  # type: ignore[union-attr]

@@ -475,3 +475,45 @@ def test_assistant_message_may_carry_provenance_of_its_chunks() -> None:
     session = Session.from_events("s", b.events)
     assert session.event(message.seq).source_event_seqs == tuple(chunks)
     assert isinstance(session.event(message.seq).data, AssistantMessage)
+
+
+def test_compaction_transaction_shape_is_accepted() -> None:
+    """compaction-persistence.md §2: start, summary, a user/message Replace(first, last)
+    with provenance [start, summary, *shadowed], end - all between steps of an open turn."""
+    from actorloop.runtime.events import CompactionEnd, CompactionStart, CompactionSummary
+
+    session, _, _ = _tool_session()  # turn 2 is open, no step open
+    shadowed = session.surface[:-1]  # everything but the last node
+    start = session.append("compaction/start", CompactionStart("k1", 2))
+    summary = session.append(
+        "compaction/summary",
+        CompactionSummary("k1", "the summary", tuple(shadowed), 123, "p", "m", 512),
+    )
+    session.append(
+        "user/message",
+        UserMessage((Text("[summary]"),), Source.of_plugin("compaction")),
+        surface_op=Replace(shadowed[0], shadowed[-1]),
+        source_event_seqs=(start.seq, summary.seq, *shadowed),
+    )
+    session.append("compaction/end", CompactionEnd("k1", 2))
+    assert session.replace_generation == 1
+    assert session.derive_messages()[0] == Message.user("[summary]")
+    assert session.derive_messages() == replay(session)
+    with pytest.raises(SessionValidationError, match="names turn 3 but the open turn is 2"):
+        session.append("compaction/end", CompactionEnd("k1", 3))
+
+
+def test_prune_shape_is_accepted_between_steps() -> None:
+    from actorloop.runtime.events import CompactionPrune
+
+    session, r1, _ = _tool_session()
+    old = session.event(r1).data
+    assert isinstance(old, ToolResultEvent)
+    session.append("compaction/prune", CompactionPrune((r1,), 40))
+    session.append(
+        "tool/result",
+        attrs.evolve(old, content=(Text("head\n[... pruned ...]\ntail"),)),
+        surface_op=Replace(r1, r1),
+        source_event_seqs=(r1,),
+    )
+    assert session.derive_messages() == replay(session)
