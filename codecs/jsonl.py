@@ -23,6 +23,7 @@ from actorloop.runtime.session import SessionMeta
 from attrs import frozen
 
 _CRC_WIDTH = 8
+_HEX_DIGITS = b"0123456789abcdef"
 META_LINE = 1
 """1-based line number of the meta record; event `seq` is on line `seq + FIRST_EVENT_LINE`."""
 FIRST_EVENT_LINE = 2
@@ -40,11 +41,8 @@ def unframe(line: bytes) -> bytes | None:
     if len(line) <= _CRC_WIDTH + 1 or line[_CRC_WIDTH] != 0x20:
         return None
     head, payload = line[:_CRC_WIDTH], line[_CRC_WIDTH + 1 :]
-    try:
-        expected = int(head, 16)
-    except ValueError:
-        return None
-    if head != head.lower() or zlib.crc32(payload) != expected:
+    # Exactly 8 lowercase hex digits: int() alone would also accept " ", "+" or "_".
+    if head.strip(_HEX_DIGITS) or zlib.crc32(payload) != int(head, 16):
         return None
     return payload
 

@@ -1,0 +1,193 @@
+"""`CodecActor`: the one writer of a store. It group-commits the events every loop submits
+(one `append_batch` for all sessions pending) and answers flush barriers once durable."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import trio
+from actorloop.runtime.errors import StoreError
+from actorloop.runtime.events import SessionEvent
+from actorloop.runtime.kernel import Reply
+from actorloop.runtime.stores.base import Store
+from attrs import frozen
+
+log = logging.getLogger("actorloop.codec")
+
+MAX_BATCH_MESSAGES = 4096
+"""Most messages folded into one group commit (bounds a transaction's size)."""
+
+
+@frozen
+class _Submit:
+    session_id: str
+    events: tuple[SessionEvent, ...]
+
+
+@frozen(eq=False)
+class _Barrier:
+    session_id: str | None
+    reply: Reply[None]
+
+
+_Message: TypeAlias = _Submit | _Barrier
+
+
+class CodecActor:
+    """Persists appended events for every session of one store.
+
+    Messages are handled in arrival order. Each round takes everything queued (up to
+    MAX_BATCH_MESSAGES), writes all of its events in one `append_batch`, and only then
+    answers the barriers in that round, so a barrier returns once everything submitted
+    before it is durable. A store failure fails closed: the barriers of that round and
+    every later submit or barrier raise StoreError, nothing is dropped silently.
+    """
+
+    def __init__(self, store: Store, *, capacity: int = 1024) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError("CodecActor capacity must be an int >= 1 (the channel is bounded)")
+        self.store = store
+        self._send, self._receive = trio.open_memory_channel[_Message](capacity)
+        self._failure: BaseException | None = None
+        self._started = False
+        self._closing = False
+        self._stopped = trio.Event()
+
+    # the actor ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The actor's task; start it with `nursery.start(actor.run)`."""
+        if self._started:
+            raise RuntimeError("CodecActor.run was already started")
+        self._started = True
+        try:
+            async with self._receive:
+                task_status.started()
+                try:
+                    async for first in self._receive:
+                        await self._round(self._take_round(first))
+                finally:
+                    # Stopped (cancelled) with work queued: whatever was not written must
+                    # make every waiting and later barrier fail, not vanish.
+                    self._abandon(self._drain())
+        finally:
+            self._stopped.set()
+
+    def _take_round(self, first: _Message) -> list[_Message]:
+        batch = [first]
+        while len(batch) < MAX_BATCH_MESSAGES:
+            try:
+                batch.append(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        return batch
+
+    def _drain(self) -> list[_Message]:
+        pending: list[_Message] = []
+        while True:
+            try:
+                pending.append(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return pending
+
+    async def _round(self, batch: list[_Message]) -> None:
+        writes: dict[str, list[SessionEvent]] = {}
+        barriers: list[_Barrier] = []
+        for message in batch:
+            if isinstance(message, _Submit):
+                writes.setdefault(message.session_id, []).extend(message.events)
+            else:
+                barriers.append(message)
+        if writes and self._failure is None:
+            try:
+                await self.store.append_batch(
+                    tuple((session_id, tuple(events)) for session_id, events in writes.items())
+                )
+            except trio.Cancelled:
+                self._abandon(batch)
+                raise
+            except Exception as exc:
+                count = sum(len(events) for events in writes.values())
+                log.error(
+                    "store %s failed on a group commit of %d events for %d sessions",
+                    self.store.url,
+                    count,
+                    len(writes),
+                    exc_info=exc,
+                )
+                self._failure = exc
+        for barrier in barriers:
+            if self._failure is None:
+                barrier.reply.send(None)
+            else:
+                barrier.reply.fail(self._error())
+
+    def _abandon(self, messages: list[_Message]) -> None:
+        if any(isinstance(message, _Submit) for message in messages) and self._failure is None:
+            self._failure = RuntimeError("the codec actor stopped before writing them")
+        for message in messages:
+            if isinstance(message, _Barrier) and not message.reply.answered:
+                message.reply.fail(self._error("the codec actor stopped"))
+
+    def _error(self, fallback: str = "") -> StoreError:
+        cause = self._failure
+        if cause is None:
+            error = StoreError(f"store {self.store.url}: {fallback}")
+        else:
+            error = StoreError(
+                f"store {self.store.url} failed ({type(cause).__name__}: {cause}); "
+                "events submitted since the last successful barrier may not be durable"
+            )
+        error.__cause__ = cause
+        return error
+
+    # the API --------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise self._error()
+        if self._closing or self._stopped.is_set():
+            raise self._error("the codec actor is closed")
+
+    async def _send_message(self, message: _Message) -> None:
+        self._check_open()
+        try:
+            await self._send.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self._error("the codec actor is closed") from None
+
+    async def submit(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+        """Queue events for the next group commit; waits while the channel is full."""
+        events = tuple(events)
+        if events:
+            await self._send_message(_Submit(session_id, events))
+        else:
+            self._check_open()
+
+    async def flush(self, session_id: str | None = None) -> None:
+        """Barrier: returns once everything submitted before it is durable.
+
+        Raises StoreError if the store failed (now or earlier): the actor fails closed.
+        """
+        reply: Reply[None] = Reply()
+        await self._send_message(_Barrier(session_id, reply))
+        await reply.wait()
+
+    async def persist(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+        """Submit and wait until durable."""
+        await self.submit(session_id, events)
+        await self.flush(session_id)
+
+    async def aclose(self) -> None:
+        """Write everything queued, then stop; raises StoreError if anything is not durable."""
+        if not self._closing:
+            self._closing = True
+            await self._send.aclose()
+        if self._started:
+            await self._stopped.wait()
+        else:
+            self._abandon(self._drain())
+        if self._failure is not None:
+            raise self._error()
