@@ -110,6 +110,10 @@ def freeze_json(value: object, path: str = "$") -> JsonValue:
     if not isinstance(value, (dict, list, tuple)):
         _check_scalar(value, path)
         return value
+    try:
+        return _freeze_fast(value, 0)
+    except _NotFast:
+        pass  # deep, unusual or invalid: the exact walk below decides (and names the path)
     # Iterative post-order build: each container gets a slot list filled by its children,
     # and a height list so arrays know how deep their subtree is (see DeepTuple).
     root_holder: list[Any] = [None]
@@ -165,6 +169,44 @@ def freeze_json(value: object, path: str = "$") -> JsonValue:
             _check_scalar(node, node_path)
             parent[index] = node
     return root_holder[0]
+
+
+class _NotFast(Exception):
+    pass
+
+
+_FAST_DEPTH = 48  # < SAFE_DEPTH, so the fast path never needs a DeepTuple
+
+
+def _freeze_fast(value: Any, depth: int) -> Any:
+    """Recursive fast path for the common case: shallow, plain JSON types, valid.
+
+    Exact type checks only; anything else (subclasses, bad values, deep or cyclic
+    values) raises _NotFast and the iterative walk handles it with the error path.
+    """
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return value
+    if kind is int:
+        if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+            return value
+        raise _NotFast
+    if kind is float:
+        if math.isfinite(value) and (value != 0.0 or math.copysign(1.0, value) > 0):
+            return value
+        raise _NotFast
+    if depth >= _FAST_DEPTH:
+        raise _NotFast
+    if kind is dict or kind is FrozenDict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotFast
+            out[key] = _freeze_fast(item, depth + 1)
+        return FrozenDict(out)
+    if kind is list or kind is tuple:
+        return tuple([_freeze_fast(item, depth + 1) for item in value])
+    raise _NotFast
 
 
 def freeze_object(value: Mapping[str, object] | None, path: str = "$") -> FrozenDict:

@@ -324,3 +324,47 @@ def test_deep_arrays_freeze_as_deep_tuples() -> None:
     restored = pickle.loads(pickle.dumps(frozen))
     assert type(restored) is DeepTuple and restored == frozen
     assert canonical_json(frozen) == orjson.dumps(deep)
+
+
+MAYBE_BAD_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**54), max_value=2**54)
+    | st.floats()
+    | st.text(max_size=4)
+    | st.sampled_from([b"x", Opaque(), {1, 2}])
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.recursive(
+        MAYBE_BAD_SCALARS,
+        lambda children: (
+            st.lists(children, max_size=3)
+            | st.tuples(children)
+            | st.dictionaries(st.text(max_size=3) | st.integers(0, 2), children, max_size=3)
+        ),
+        max_leaves=10,
+    )
+)
+def test_the_fast_path_agrees_with_the_exact_walk(value: Any) -> None:
+    """freeze_json has a recursive fast path; it must give exactly what the iterative
+    walk gives: the same frozen value, or the same error at the same path."""
+    import actorloop.codecs.jsonvalue as jv
+
+    def outcome() -> Any:
+        try:
+            frozen = freeze_json(value)
+        except JsonValueError as error:
+            return ("error", error.path, error.problem)
+        return ("ok", canonical_json(frozen), repr(frozen), type(frozen))
+
+    fast = outcome()
+    saved = jv._FAST_DEPTH
+    jv._FAST_DEPTH = 0  # every container takes the exact walk
+    try:
+        exact = outcome()
+    finally:
+        jv._FAST_DEPTH = saved
+    assert fast == exact
