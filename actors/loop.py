@@ -9,8 +9,6 @@ from typing import Any, Literal, Protocol
 
 import orjson
 import trio
-from attrs import define, evolve, field
-
 from actorloop.codecs.converter import structure_as, unstructure
 from actorloop.codecs.jsonvalue import freeze_json, freeze_object
 from actorloop.runtime.agent import Agent, AgentStatus
@@ -24,10 +22,10 @@ from actorloop.runtime.events import (
     PromptBlocked,
     RequestHeaderEvent,
     SessionEvent,
-    SurfaceOp,
+    SteeringMessage,
     StepEnd,
     StepStart,
-    SteeringMessage,
+    SurfaceOp,
     ToolCallEvent,
     ToolError,
     ToolResultEvent,
@@ -72,6 +70,8 @@ from actorloop.runtime.seams import (
 )
 from actorloop.runtime.session import Session
 from actorloop.runtime.surface import chain_of
+from actorloop.runtime.tokens import TokenMeter
+from attrs import define, evolve, field
 
 log = logging.getLogger("actorloop.loop")
 
@@ -203,6 +203,8 @@ class LoopActor:
         self._outstanding = 0
         self._current_item: TurnItem | None = None
         self.failure: BaseException | None = None
+        self.meter = TokenMeter(session)
+        self._overflow_retries = 0
 
     # ------------------------------------------------------------------ public surface
 
@@ -393,7 +395,9 @@ class LoopActor:
             # Retire the scope first: a cancel from here on does nothing to this turn.
             self._turn_scope = None
             if scope.cancel_called or reason is None:
-                kind = "disposed" if self._disposing or reason is None else "aborted"
+                # reason is None without our scope cancelled: an outer cancellation (shutdown).
+                outer = not scope.cancel_called
+                kind = "disposed" if self._disposing or outer else "aborted"
                 reason = TurnEndReason(kind, reason=self._cancel_reason)
             elif error is not None:
                 log.warning("turn %d of %s failed: %r", turn, self.session.id, error)
@@ -459,6 +463,7 @@ class LoopActor:
 
     async def _turn_body(self, item: TurnItem, turn: int) -> TurnEndReason:
         self._step_state = None
+        self._overflow_retries = 0
         if item.kind == "injection":
             self._append_context(ContextItem(item.content, item.source, item.meta))
             return TurnEndReason("completed")
@@ -650,8 +655,21 @@ class LoopActor:
 
     async def _request_failed(self, state: _StepState, failure: ErrorInfo) -> TurnEndReason | None:
         self._end_step()
+        retry = False
+        if (
+            failure.code == "CONTEXT_WINDOW_EXCEEDED"
+            and self._compactor is not None
+            and self._overflow_retries < self.options.compaction.max_overflow_retries
+            and self.session_prefix is not None
+        ):
+            self._overflow_retries += 1
+            system, _tools = await self._assemble()
+            retry = await self._compactor.compact_now(
+                self, system, self.session_prefix, self._require_scope(), retain_zero=True
+            )
         decision = await self._waterfall(
-            "agent/request-error", RequestFailure(state.turn, state.step, failure, attempt=1)
+            "agent/request-error",
+            RequestFailure(state.turn, state.step, failure, attempt=state.step, retry=retry),
         )
         if isinstance(decision, RequestFailure) and decision.retry:
             await trio.lowlevel.checkpoint()

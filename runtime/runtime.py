@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-
 from actorloop.actors.codec import CodecActor
+from actorloop.actors.compaction import CompactionActor
 from actorloop.actors.loop import Compactor, LoopActor, SessionStartKind
 from actorloop.runtime.agent import Agent
 from actorloop.runtime.errors import ActorloopError, SessionBusy, SessionNotFound
@@ -73,6 +73,7 @@ class Runtime:
         providers: Mapping[str, Provider] | None = None,
         dev_invariants: bool = False,
         compactor: Compactor | None = None,
+        compaction: bool = True,
     ) -> AsyncIterator[Runtime]:
         all_providers: dict[str, Provider] = dict(providers or {})
         default_name: str | None = None
@@ -82,11 +83,13 @@ class Runtime:
         elif all_providers:
             default_name = next(iter(all_providers))
         store_obj = open_store(store) if isinstance(store, str) else store
+        if compactor is None and compaction:
+            compactor = CompactionActor()
         try:
-            async with trio.open_nursery() as nursery:
+            async with _plain_errors(), trio.open_nursery() as nursery:
                 codec = CodecActor(store_obj)
                 await nursery.start(codec.run)
-                if compactor is not None and hasattr(compactor, "run"):
+                if isinstance(compactor, CompactionActor):
                     await nursery.start(compactor.run)
                 runtime = cls(
                     nursery=nursery,
@@ -164,7 +167,7 @@ class Runtime:
         self._refuse_live(session_id)
         lease = self.store.claim(session_id)
         try:
-            meta, events = await self.store.load(session_id)
+            meta, events = await self.store.load(session_id, lease=lease)
             session = Session.from_events(session_id, events, meta)
         except BaseException:
             lease.release()
@@ -244,6 +247,17 @@ class Runtime:
             for loop in list(self._loops.values()):
                 nursery.start_soon(loop.dispose)
         await self.codec.aclose()
+
+
+@asynccontextmanager
+async def _plain_errors() -> AsyncIterator[None]:
+    """Public API raises plain typed exceptions: unwrap a nursery's single-error group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 async def load_session(store: Store, session_id: str) -> Session:

@@ -1,0 +1,389 @@
+"""`CompactionActor`: prefix-aware token pressure, tool-pair-balanced region selection and the
+summarizer call. The loop appends every event; the actor only runs summarizer requests."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+import trio
+from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo, TokenUsage
+from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.events import (
+    CompactionEnd,
+    CompactionPrune,
+    CompactionStart,
+    CompactionSummary,
+    Replace,
+    SessionEvent,
+    ToolResultEvent,
+    UserMessage,
+)
+from actorloop.runtime.header import LlmCallConfig, ToolSchema
+from actorloop.runtime.messages import Message, Source, Text, ToolCall, ToolResult
+from actorloop.runtime.providers.base import Provider
+from actorloop.runtime.request import Request
+from actorloop.runtime.surface import project
+from actorloop.runtime.tokens import estimate_message
+from attrs import define, field, frozen
+
+if TYPE_CHECKING:
+    from actorloop.actors.loop import LoopActor
+
+log = logging.getLogger("actorloop.compaction")
+
+COMPACTION_SOURCE = Source.of_plugin("compaction")
+SUMMARY_OPEN = "<conversation-summary>"
+SUMMARY_CLOSE = "</conversation-summary>"
+INSTRUCTION = (
+    "Summarize the conversation above so it can replace it. Keep every fact, decision, "
+    "open task, file name and tool result that later turns may need; if it begins with an "
+    "earlier summary, merge that summary in. Answer with the summary text only."
+)
+PRUNE_OVER = 8192
+PRUNE_HEAD = 4096
+PRUNE_TAIL = 1024
+
+
+class CompactionFailed(Exception):
+    """The summarizer call failed closed (error, cancel, max-tokens, empty or too long)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@frozen
+class Region:
+    """A run of surface nodes (from the head) chosen for one summary."""
+
+    seqs: tuple[int, ...]
+    messages: tuple[Message, ...]
+    tokens: int
+
+
+@frozen
+class SummaryJob:
+    provider: Provider
+    request: Request
+
+
+@frozen
+class SummaryOutcome:
+    text: str
+    usage: TokenUsage | None
+
+
+@define
+class _Pending:
+    job: SummaryJob
+    scope: trio.CancelScope = field(factory=trio.CancelScope)
+    done: trio.Event = field(factory=trio.Event)
+    outcome: SummaryOutcome | None = None
+    error: BaseException | None = None
+
+
+def frame_summary(text: str) -> str:
+    return f"{SUMMARY_OPEN}\n{text}\n{SUMMARY_CLOSE}"
+
+
+def is_summary(event: SessionEvent) -> bool:
+    data = event.data
+    return isinstance(data, UserMessage) and data.source == COMPACTION_SOURCE
+
+
+def balanced_cut(nodes: list[tuple[int, Message | None]], cut: int) -> int:
+    """Move `cut` toward the head until no tool call is separated from its result."""
+
+    def ids(messages: list[tuple[int, Message | None]]) -> tuple[set[str], set[str]]:
+        calls: set[str] = set()
+        results: set[str] = set()
+        for _seq, message in messages:
+            if message is None:
+                continue
+            for block in message.content:
+                if isinstance(block, ToolCall):
+                    calls.add(block.id)
+                elif isinstance(block, ToolResult):
+                    results.add(block.tool_call_id)
+        return calls, results
+
+    left_calls, left_results = ids(nodes[:cut])
+    right_calls, right_results = ids(nodes[cut:])
+    while cut > 0 and (left_calls & right_results or left_results & right_calls):
+        cut -= 1
+        moved_calls, moved_results = ids([nodes[cut]])
+        left_calls -= moved_calls
+        left_results -= moved_results
+        right_calls |= moved_calls
+        right_results |= moved_results
+    return cut
+
+
+class CompactionActor:
+    """One per runtime. `run()` serves summarizer jobs, each in its own task of the actor's
+    nursery so one agent's slow summary never delays another's; the loop-side methods
+    below run in the calling loop's task, which stays the session's only writer."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._send, self._receive = trio.open_memory_channel[_Pending](capacity)
+        self.compactions = 0
+        self.failures = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            async with self._receive:
+                async for pending in self._receive:
+                    nursery.start_soon(self._serve, pending)
+
+    async def _serve(self, pending: _Pending) -> None:
+        with pending.scope:
+            try:
+                pending.outcome = await _summarize(pending.job)
+            except Exception as exc:
+                pending.error = exc
+        if pending.outcome is None and pending.error is None:
+            pending.error = CompactionFailed("summarizer call was cancelled", "CANCELLED")
+        pending.done.set()
+
+    async def summarize(self, job: SummaryJob) -> SummaryOutcome:
+        """Ask the actor for a summary; a cancel of the caller cancels the job too."""
+        pending = _Pending(job)
+        try:
+            await self._send.send(pending)
+            await pending.done.wait()
+        except BaseException:
+            pending.scope.cancel()
+            raise
+        if pending.error is not None:
+            raise pending.error
+        assert pending.outcome is not None
+        return pending.outcome
+
+    # ------------------------------------------------------------------ loop side
+
+    def context_window(self, loop: LoopActor) -> int | None:
+        if loop.options.context_window is not None:
+            return loop.options.context_window
+        info = loop.provider.model_info(loop.options.model)
+        return info.context_window if info is not None else None
+
+    def pressure(
+        self,
+        loop: LoopActor,
+        system: str,
+        tools: tuple[ToolSchema, ...],
+        prefix: tuple[Message, ...],
+    ) -> int:
+        return loop.meter.total(system, tools, prefix)
+
+    async def compact_if_needed(
+        self,
+        loop: LoopActor,
+        full_system_prompt: str,
+        session_prefix: tuple[Message, ...],
+        cancel: trio.CancelScope,
+    ) -> None:
+        window = self.context_window(loop)
+        if window is None:
+            return
+        config = loop.options.compaction
+        threshold = config.threshold_ratio * window
+        tools = loop.current_tools
+        if self.pressure(loop, full_system_prompt, tools, session_prefix) <= threshold:
+            return
+        if config.prune:
+            self.prune(loop)
+            if self.pressure(loop, full_system_prompt, tools, session_prefix) <= threshold:
+                return
+        for _attempt in range(config.compaction_retries + 1):
+            await self.compact_now(loop, full_system_prompt, session_prefix, cancel)
+            if self.pressure(loop, full_system_prompt, tools, session_prefix) <= threshold:
+                return
+        log.warning(
+            "session %s is still over %d tokens after compaction; the turn continues",
+            loop.session.id,
+            int(threshold),
+        )
+
+    def retain_tokens(self, loop: LoopActor) -> int:
+        config = loop.options.compaction
+        if config.retain_tokens is not None:
+            return config.retain_tokens
+        window = self.context_window(loop) or 0
+        return int(config.retain_ratio * window)
+
+    def select_region(self, loop: LoopActor, retain: int) -> Region | None:
+        """Head-anchored region leaving >= `retain` tokens in the tail, tool-pair balanced,
+        never reaching into an open step."""
+        session = loop.session
+        surface = session.surface
+        nodes = [(seq, project(session.event(seq))) for seq in surface]
+        limit = len(nodes)
+        if session.open_step is not None:
+            step_start = max(
+                (i for i in range(len(session)) if session.event(i).type == "step/start"),
+                default=-1,
+            )
+            limit = sum(1 for seq, _ in nodes if seq < step_start)
+        kept = 0
+        cut = limit
+        while cut > 0 and kept < retain:
+            message = nodes[cut - 1][1]
+            kept += estimate_message(message) if message is not None else 0
+            cut -= 1
+        cut = balanced_cut(nodes[:limit], cut)
+        region = nodes[:cut]
+        if not region:
+            return None
+        if len(region) == 1 and is_summary(session.event(region[0][0])):
+            return None
+        messages = tuple(message for _seq, message in region if message is not None)
+        return Region(
+            tuple(seq for seq, _ in region),
+            messages,
+            sum(estimate_message(message) for message in messages),
+        )
+
+    async def compact_now(
+        self,
+        loop: LoopActor,
+        full_system_prompt: str,
+        session_prefix: tuple[Message, ...],
+        cancel: trio.CancelScope,
+        *,
+        retain_zero: bool = False,
+    ) -> bool:
+        """One compaction transaction; returns True if the surface was rewritten."""
+        region = self.select_region(loop, 0 if retain_zero else self.retain_tokens(loop))
+        if region is None:
+            return False
+        config = loop.options.compaction
+        session = loop.session
+        header = session.header()
+        call_config = LlmCallConfig(
+            model=config.summary_model or (header.config.model if header else loop.options.model),
+            provider=header.config.provider if header else loop.options.provider,
+            max_tokens=config.summary_max_tokens,
+        )
+        system = header.system if header is not None else full_system_prompt or None
+        tools = (header.tools or ()) if header is not None else loop.current_tools
+        request = Request(
+            session.id,
+            call_config,
+            system,
+            tools,
+            (*session_prefix, *region.messages, Message.user(INSTRUCTION)),
+            prefix_length=len(session_prefix),
+            one_shot=True,
+        )
+        compaction_id = uuid.uuid4().hex
+        turn = session.open_turn
+        assert turn is not None, "compaction runs inside a turn"
+        start = loop.append("compaction/start", CompactionStart(compaction_id, turn))
+        try:
+            outcome = await self.summarize(SummaryJob(loop.provider, request))
+            framed = frame_summary(outcome.text)
+            summary_tokens = estimate_message(Message.user(framed))
+            if summary_tokens >= region.tokens:
+                raise CompactionFailed(
+                    f"summary ({summary_tokens} tokens) is not smaller than the "
+                    f"{region.tokens} tokens it would replace",
+                    "SUMMARY_TOO_LARGE",
+                )
+        except BaseException as exc:
+            code = getattr(exc, "code", None) or (
+                "CANCELLED" if isinstance(exc, trio.Cancelled) else "COMPACTION_FAILED"
+            )
+            loop.append(
+                "compaction/end",
+                CompactionEnd(compaction_id, turn, ErrorInfo(str(exc) or type(exc).__name__, code)),
+            )
+            self.failures += 1
+            if isinstance(exc, (CompactionFailed, ProviderError)):
+                log.warning("compaction of %s failed: %s", session.id, exc)
+                return False
+            raise
+        # Commit without yielding: nothing can interleave between these three appends.
+        summary = loop.append(
+            "compaction/summary",
+            CompactionSummary(
+                compaction_id,
+                outcome.text,
+                region.seqs,
+                region.tokens,
+                loop.provider.name,
+                call_config.model,
+                config.summary_max_tokens,
+                outcome.usage,
+            ),
+        )
+        loop.append(
+            "user/message",
+            UserMessage((Text(framed),), COMPACTION_SOURCE),
+            surface_op=Replace(region.seqs[0], region.seqs[-1]),
+            sources=(start.seq, summary.seq, *region.seqs),
+        )
+        loop.append("compaction/end", CompactionEnd(compaction_id, turn))
+        self.compactions += 1
+        return True
+
+    def prune(self, loop: LoopActor) -> int:
+        """Shrink oversized tool results (deterministic); returns how many were pruned."""
+        session = loop.session
+        pruned = 0
+        for seq in session.surface:
+            event = session.event(seq)
+            data = event.data
+            if not isinstance(data, ToolResultEvent):
+                continue
+            text = "".join(block.text for block in data.content)
+            if len(text) <= PRUNE_OVER:
+                continue
+            dropped = len(text) - PRUNE_HEAD - PRUNE_TAIL
+            shortened = (
+                f"{text[:PRUNE_HEAD]}\n[... {dropped} characters pruned ...]\n{text[-PRUNE_TAIL:]}"
+            )
+            message = project(event)
+            assert message is not None
+            prune = loop.append(
+                "compaction/prune", CompactionPrune((seq,), estimate_message(message))
+            )
+            loop.append(
+                "tool/result",
+                ToolResultEvent(
+                    data.turn,
+                    data.step,
+                    data.call_id,
+                    (Text(shortened),),
+                    data.is_error,
+                    data.error,
+                ),
+                surface_op=Replace(seq, seq),
+                sources=(prune.seq, seq),
+            )
+            pruned += 1
+        return pruned
+
+
+async def _summarize(job: SummaryJob) -> SummaryOutcome:
+    assembler = ChunkAssembler()
+    async for chunk in job.provider.stream(job.request):
+        assembler.feed(chunk)
+    finish = assembler.finish
+    if finish is None:
+        raise CompactionFailed("summarizer stream ended without a finish", "STREAM_INCOMPLETE")
+    if finish.kind == "error":
+        error = finish.error
+        raise CompactionFailed(
+            error.message if error else "summarizer error",
+            (error.code if error else None) or "PROVIDER_ERROR",
+        )
+    if finish.kind == "max-tokens":
+        raise CompactionFailed("summarizer hit max tokens", "SUMMARY_TRUNCATED")
+    text = "".join(block.text for block in assembler.content() if isinstance(block, Text)).strip()
+    if not text:
+        raise CompactionFailed("summarizer returned no text", "SUMMARY_EMPTY")
+    return SummaryOutcome(text, assembler.usage)

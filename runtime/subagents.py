@@ -1,0 +1,105 @@
+"""Subagents: a tool that spawns (or forks) a child agent, awaits its turn and returns the
+child's answer — structured, so cancelling the parent's turn cancels the child's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+from actorloop.runtime.events import AssistantMessage, TurnEnd
+from actorloop.runtime.options import AgentOptions, Tool, ToolContext
+from actorloop.runtime.seams import TurnResult
+
+if TYPE_CHECKING:
+    from actorloop.runtime.agent import Agent
+    from actorloop.runtime.runtime import Runtime
+
+SubagentMode = Literal["spawn", "fork"]
+
+TASK_PARAMETERS = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "What the subagent should do."}},
+    "required": ["task"],
+}
+
+
+class SubagentError(Exception):
+    """The child could not answer (its turn did not complete); becomes an error tool result."""
+
+
+def last_answer(agent: Agent) -> str:
+    """The text of the child's latest assistant message."""
+    for event in reversed(agent.session.events):
+        if isinstance(event.data, AssistantMessage) and event.data.content:
+            return "".join(getattr(block, "text", "") for block in event.data.content)
+    return ""
+
+
+def last_turn_end(agent: Agent) -> int | None:
+    for event in reversed(agent.session.events):
+        if isinstance(event.data, TurnEnd):
+            return event.seq
+    return None
+
+
+async def run_child_turn(child: Agent, task: str) -> TurnResult:
+    """Send `task` to `child`; if the caller is cancelled, cancel the child's turn and wait
+    until its log is closed before re-raising."""
+    try:
+        return await child.send(task)
+    except trio.Cancelled:
+        with trio.CancelScope(shield=True):
+            child.cancel("parent turn cancelled")
+            await child.wait_idle()
+        raise
+
+
+def subagent_tool(
+    runtime: Runtime,
+    *,
+    name: str = "delegate",
+    description: str = "Delegate a self-contained task to a subagent and return its answer.",
+    options: AgentOptions | Callable[[Agent], AgentOptions] | None = None,
+    mode: SubagentMode = "spawn",
+    keep_child: bool = False,
+) -> Tool:
+    """A tool whose call runs one turn of a child agent and returns the child's answer.
+
+    `spawn` starts a fresh session (labelled with its parent); `fork` seeds the child with
+    the parent's log up to its last closed turn. Unless `keep_child`, the child is disposed
+    after answering (its session stays stored and resumable).
+    """
+
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> str:
+        task = args.get("task")
+        if not isinstance(task, str) or not task:
+            raise SubagentError("the 'task' argument must be a non-empty string")
+        parent = ctx.agent
+        child_options = options(parent) if callable(options) else options or parent.options
+        child_id = f"{parent.id}.{ctx.call_id}"
+        if mode == "fork":
+            boundary = last_turn_end(parent)
+            if boundary is None:
+                raise SubagentError("the parent has no closed turn to fork from")
+            child = await runtime.fork(parent.id, boundary, child_id, child_options)
+        else:
+            labels = {**child_options.labels, "parent_agent": parent.id, "parent_call": ctx.call_id}
+            child = await runtime.spawn(_with_labels(child_options, labels), session_id=child_id)
+        try:
+            result = await run_child_turn(child, task)
+            if result.reason != "completed":
+                raise SubagentError(f"subagent {child.id} ended its turn {result.reason}")
+            return last_answer(child)
+        finally:
+            if not keep_child:
+                with trio.CancelScope(shield=True):
+                    await child.dispose()
+
+    return Tool(name, description, TASK_PARAMETERS, execute)
+
+
+def _with_labels(options: AgentOptions, labels: dict[str, Any]) -> AgentOptions:
+    from attrs import evolve
+
+    return evolve(options, labels=labels)

@@ -1,0 +1,122 @@
+"""Token estimation (the chars/4 heuristic used everywhere) and the incremental token meter."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from actorloop.codecs.converter import canonical_bytes
+from actorloop.runtime.chunks import TokenUsage
+from actorloop.runtime.events import Append, AssistantMessage
+from actorloop.runtime.header import ToolSchema
+from actorloop.runtime.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult
+from actorloop.runtime.session import Session
+from actorloop.runtime.surface import project
+
+PER_ITEM = 4
+
+
+def _quarter(length: int) -> int:
+    return -(-length // 4)
+
+
+def estimate_block(block: Block) -> int:
+    if isinstance(block, (Text, Reasoning)):
+        return _quarter(len(block.text)) + PER_ITEM
+    if isinstance(block, ToolCall):
+        return _quarter(len(block.name)) + _quarter(len(block.arguments)) + PER_ITEM
+    if isinstance(block, ToolResult):
+        return sum(estimate_block(inner) for inner in block.content) + PER_ITEM
+    raise TypeError(f"cannot estimate {type(block).__name__}")
+
+
+def estimate_message(message: Message) -> int:
+    return sum(estimate_block(block) for block in message.content) + PER_ITEM
+
+
+def estimate_messages(messages: Sequence[Message]) -> int:
+    return sum(estimate_message(message) for message in messages)
+
+
+def estimate_system(system: str | None) -> int:
+    return _quarter(len(system)) + PER_ITEM if system else 0
+
+
+def estimate_tools(tools: Sequence[ToolSchema]) -> int:
+    return _quarter(len(canonical_bytes(tuple(tools)))) + PER_ITEM if tools else 0
+
+
+def fixed_part_key(
+    system: str | None, tools: Sequence[ToolSchema], prefix: Sequence[Message]
+) -> bytes:
+    """Identity of everything outside the surface; a change voids the usage anchor."""
+    return hashlib.sha256(canonical_bytes((system or "", tuple(tools), tuple(prefix)))).digest()
+
+
+class TokenMeter:
+    """Incremental estimate of one session's request size.
+
+    The surface part is a running sum over appended surface nodes (recomputed after a
+    `Replace`). When the provider reported usage for an answer and the fixed part (system,
+    tools, prefix) is unchanged since, the total is anchored on that real count (if it is not
+    below the heuristic price of the same content) plus the heuristic growth after it.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._generation = session.replace_generation
+        self._scanned = 0
+        self._surface = 0
+        self._anchor: int | None = None
+        self._anchor_surface = 0
+        self._anchor_key: bytes | None = None
+
+    def surface_tokens(self) -> int:
+        session = self._session
+        if session.replace_generation != self._generation:
+            self._generation = session.replace_generation
+            self._surface = estimate_messages(session.derive_messages())
+            self._scanned = len(session)
+            self._anchor = None
+            return self._surface
+        for event in session.events_since(self._scanned):
+            if isinstance(event.surface_op, Append):
+                message = project(event)
+                if message is not None:
+                    self._surface += estimate_message(message)
+            data = event.data
+            if isinstance(data, AssistantMessage) and data.usage is not None:
+                self._set_anchor(data.usage)
+        self._scanned = len(session)
+        return self._surface
+
+    def _set_anchor(self, usage: TokenUsage) -> None:
+        header = self._session.header()
+        system, tools, prefix = (
+            (header.system, header.tools or (), header.message_prefix or ())
+            if header is not None
+            else (None, (), ())
+        )
+        anchor = usage.input + usage.cache_read + usage.cache_write + usage.output
+        heuristic = fixed_part_tokens(system, tools, prefix) + self._surface
+        if anchor >= heuristic:
+            self._anchor = anchor
+            self._anchor_surface = self._surface
+            self._anchor_key = fixed_part_key(system, tools, prefix)
+        else:
+            self._anchor = None
+
+    def total(
+        self, system: str | None, tools: Sequence[ToolSchema], prefix: Sequence[Message]
+    ) -> int:
+        """Estimated tokens of a request with these fixed parts and the current surface."""
+        surface = self.surface_tokens()
+        if self._anchor is not None and self._anchor_key == fixed_part_key(system, tools, prefix):
+            return self._anchor + (surface - self._anchor_surface)
+        return fixed_part_tokens(system, tools, prefix) + surface
+
+
+def fixed_part_tokens(
+    system: str | None, tools: Sequence[ToolSchema], prefix: Sequence[Message]
+) -> int:
+    return estimate_system(system) + estimate_tools(tools) + estimate_messages(prefix)

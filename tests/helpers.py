@@ -1,0 +1,30 @@
+"""Shared test helpers: every runtime a test opens has dev invariants on."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from actorloop.runtime import Runtime
+from actorloop.runtime.providers.base import Provider
+
+
+@asynccontextmanager
+async def open_runtime(
+    provider: Provider, store: str = "memory:", **kwargs: Any
+) -> AsyncIterator[Runtime]:
+    async with Runtime.open(store=store, provider=provider, dev_invariants=True, **kwargs) as rt:
+        yield rt
+
+
+def types_of(events: Any) -> list[str]:
+    return [event.type for event in events]
+
+
+async def wait_until(predicate: Any) -> None:
+    """Poll `predicate` (state owned by another task) for up to 5 s."""
+    with trio.fail_after(5):
+        while not predicate():  # noqa: ASYNC110 - the state has no event to wait on
+            await trio.sleep(0.001)
