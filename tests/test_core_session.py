@@ -700,6 +700,12 @@ def test_D2_events_is_a_stable_tuple_and_appends_return_a_new_one() -> None:
     assert first == (second[0],)
     assert second[0] is first[0]
     assert session.events is second
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        second[1].seq = 5  # type: ignore[misc]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        second[1].data.content = ()  # type: ignore[misc, union-attr]
+    with pytest.raises(TypeError):
+        second[1].data.content[0] = Text("x")  # type: ignore[index, union-attr]
 
 
 # ------------------------------------------------------------------------ observers
