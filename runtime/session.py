@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -179,6 +180,8 @@ class Session:
         self._log = log if log is not None else EventLog()
         self._state: _State | None = _State() if log is None else None
         self._observers: list[SessionObserver] = []
+        self._undelivered: deque[SessionEvent] = deque()
+        self._delivering = False
 
     # construction ---------------------------------------------------------------------
 
@@ -330,12 +333,30 @@ class Session:
         if event.surface_op is not None:
             state.surface.apply(event)
         state.header.feed(event)
-        for observer in tuple(self._observers):
-            try:
-                observer(event)
-            except Exception:
-                log.exception("session/event observer failed for %s seq %d", event.type, seq)
+        self._notify(event)
         return event
+
+    def _notify(self, event: SessionEvent) -> None:
+        """Deliver to observers in seq order: an append made by an observer is queued and
+        delivered once the current event has reached every observer."""
+        self._undelivered.append(event)
+        if self._delivering:
+            return
+        self._delivering = True
+        try:
+            while self._undelivered:
+                current = self._undelivered.popleft()
+                for observer in tuple(self._observers):
+                    try:
+                        observer(current)
+                    except Exception:
+                        log.exception(
+                            "session/event observer failed for %s seq %d",
+                            current.type,
+                            current.seq,
+                        )
+        finally:
+            self._delivering = False
 
     # fork -----------------------------------------------------------------------------
 

@@ -796,3 +796,24 @@ def test_append_event_detaches_ignorable_payloads() -> None:
     payload["k"].append(2)
     assert committed.data == IgnorableData(freeze_object({"k": [1]}))
     assert session.events[1].data.payload["k"] == (1,)  # type: ignore[union-attr]
+
+
+def test_observers_see_events_in_seq_order_even_when_an_observer_appends() -> None:
+    session = open_turn()
+    first_seen: list[int] = []
+    second_seen: list[int] = []
+
+    def appender(event: SessionEvent) -> None:
+        first_seen.append(event.seq)
+        if event.seq == 1:
+            inner = session.append("user/message", user("inner"), surface_op=APPEND)
+            assert inner.seq == 2 and len(session) == 3  # committed at once...
+
+    session.observe(appender)
+    session.observe(lambda event: second_seen.append(event.seq))
+    session.append("user/message", user("outer"), surface_op=APPEND)
+    # ...and delivered after seq 1 reached every observer.
+    assert first_seen == [1, 2]
+    assert second_seen == [1, 2]
+    session.append("user/message", user("later"), surface_op=APPEND)
+    assert second_seen == [1, 2, 3]
