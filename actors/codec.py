@@ -20,10 +20,12 @@ MAX_BATCH_MESSAGES = 4096
 """Most messages folded into one group commit (bounds a transaction's size)."""
 
 
-@frozen
+@frozen(eq=False)
 class _Submit:
     session_id: str
     events: tuple[SessionEvent, ...]
+    reply: Reply[None] | None = None
+    """Set by `persist`: a barrier riding on the submit (one message instead of two)."""
 
 
 @frozen(eq=False)
@@ -94,12 +96,12 @@ class CodecActor:
 
     async def _round(self, batch: list[_Message]) -> None:
         writes: dict[str, list[SessionEvent]] = {}
-        barriers: list[_Barrier] = []
+        barriers: list[Reply[None]] = []
         for message in batch:
-            if isinstance(message, _Submit):
+            if isinstance(message, _Submit) and message.events:
                 writes.setdefault(message.session_id, []).extend(message.events)
-            else:
-                barriers.append(message)
+            if message.reply is not None:
+                barriers.append(message.reply)
         if writes and self._failure is None:
             try:
                 await self.store.append_batch(
@@ -118,17 +120,18 @@ class CodecActor:
                     exc_info=exc,
                 )
                 self._failure = exc
-        for barrier in barriers:
+        for reply in barriers:
             if self._failure is None:
-                barrier.reply.send(None)
+                reply.send(None)
             else:
-                barrier.reply.fail(self._error())
+                reply.fail(self._error())
 
     def _abandon(self, messages: list[_Message]) -> None:
-        if any(isinstance(message, _Submit) for message in messages) and self._failure is None:
+        unwritten = any(isinstance(m, _Submit) and m.events for m in messages)
+        if unwritten and self._failure is None:
             self._failure = RuntimeError("the codec actor stopped before writing them")
         for message in messages:
-            if isinstance(message, _Barrier) and not message.reply.answered:
+            if message.reply is not None and not message.reply.answered:
                 message.reply.fail(self._error("the codec actor stopped"))
 
     def _error(self, fallback: str = "") -> StoreError:
@@ -177,8 +180,9 @@ class CodecActor:
 
     async def persist(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         """Submit and wait until durable."""
-        await self.submit(session_id, events)
-        await self.flush(session_id)
+        reply: Reply[None] = Reply()
+        await self._send_message(_Submit(session_id, tuple(events), reply))
+        await reply.wait()
 
     async def aclose(self) -> None:
         """Write everything queued, then stop; raises StoreError if anything is not durable."""

@@ -9,8 +9,11 @@ or before it is corruption (SessionCorruptError naming file and line).
 
 from __future__ import annotations
 
+import mmap
 import zlib
+from typing import TypeAlias
 
+import orjson
 from actorloop.codecs.converter import decode_event, encode_event
 from actorloop.codecs.rows import decode_meta, encode_meta
 from actorloop.runtime.errors import (
@@ -21,6 +24,9 @@ from actorloop.runtime.errors import (
 from actorloop.runtime.events import SessionEvent, TurnEnd
 from actorloop.runtime.session import SessionMeta
 from attrs import frozen
+
+LogBuffer: TypeAlias = bytes | mmap.mmap
+"""A whole log file's bytes, or an mmap of it (read by slicing and find/rfind only)."""
 
 _CRC_WIDTH = 8
 _HEX_DIGITS = b"0123456789abcdef"
@@ -111,7 +117,7 @@ def _is_turn_end_line(line: bytes, where: str) -> bool:
         return False
 
 
-def read_meta(data: bytes, name: str) -> SessionMeta:
+def read_meta(data: LogBuffer, name: str) -> SessionMeta:
     """The meta record on line 1 (written atomically, so any damage there is corruption)."""
     end = data.find(b"\n")
     where = f"{name}:{META_LINE}"
@@ -176,11 +182,44 @@ def scan_log(data: bytes, name: str, *, first_seq: int = 0, limit: int | None = 
     return LogScan(meta, tuple(events), offset, None)
 
 
-def find_event_line(data: bytes, name: str, seq: int, first_seq: int = 0) -> SessionEvent | None:
-    """Decode only the line of event `seq` (None if the file has no such intact line)."""
-    lines, complete = _split(data)
-    index = seq - first_seq + 1
-    if not 1 <= index < len(lines) or (index == len(lines) - 1 and not complete):
+def _probe_seq(data: LogBuffer, start: int, end: int) -> int | None:
+    payload = unframe(data[start:end])
+    if payload is None:
         return None
-    result = _read_event(lines[index], f"{name}:{index + 1}", seq)
-    return None if isinstance(result, str) else result
+    try:
+        seq = orjson.loads(payload).get("seq")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return seq if isinstance(seq, int) else None
+
+
+def find_event_line(
+    data: LogBuffer, name: str, seq: int, first_seq: int = 0
+) -> SessionEvent | None:
+    """The intact event `seq` of a log, or None if there is no such intact line.
+
+    Event lines are in seq order, so this bisects byte offsets and reads O(log n) lines;
+    `data` may be an mmap of the file, so only those pages are touched.
+    """
+    low, high = data.find(b"\n") + 1, len(data)
+    if low == 0:
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        start = data.rfind(b"\n", 0, middle) + 1
+        end = data.find(b"\n", start)
+        if end < 0:  # an incomplete last line holds no intact event
+            high = start
+            continue
+        found = _probe_seq(data, start, end)
+        if found is None:
+            return None  # damage: let a full load name it
+        if found < seq:
+            low = end + 1
+        elif found > seq:
+            high = start
+        else:
+            where = f"{name}:{event_line_number(seq - first_seq)}"
+            result = _read_event(data[start:end], where, seq)
+            return None if isinstance(result, str) else result
+    return None

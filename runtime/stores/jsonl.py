@@ -9,16 +9,19 @@ cut back on a failed write, and fsynced on flush / group commit.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import trio
 from actorloop.codecs.jsonl import (
     FIRST_EVENT_LINE,
+    LogBuffer,
     LogScan,
     event_line,
     find_event_line,
@@ -110,6 +113,20 @@ class JsonlStore:
 
     async def _in_thread(self, work: Callable[[], T]) -> T:
         return await trio.to_thread.run_sync(self._locked, work)
+
+    @contextmanager
+    def _mapped(self, session_id: str) -> Iterator[LogBuffer]:
+        """The log mapped read-only: a fork probes a few lines without reading the file."""
+        try:
+            file = self._log_path(session_id).open("rb")
+        except FileNotFoundError:
+            raise SessionNotFound(session_id) from None
+        with file:
+            if os.fstat(file.fileno()).st_size == 0:
+                yield b""
+                return
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                yield mapped
 
     def _read(self, session_id: str) -> bytes:
         try:
@@ -394,22 +411,20 @@ class JsonlStore:
         child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
 
         def run() -> SessionMeta:
-            try:
-                data = self._read(parent_id)
-            except SessionNotFound:
-                raise SessionForkError(
-                    "SESSION_NOT_FOUND", f"parent {parent_id!r} not found"
-                ) from None
+            if not self._log_path(parent_id).exists():
+                raise SessionForkError("SESSION_NOT_FOUND", f"parent {parent_id!r} not found")
             if self._log_path(child_id).exists():
                 raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
             owner = parent_id
-            meta = read_meta(data, str(self._log_path(owner)))
-            while meta.parent_session is not None and boundary < (meta.seed_length or 0):
+            while True:  # up the fork chain to the log that stores seq `boundary`
+                with self._mapped(owner) as data:
+                    name = str(self._log_path(owner))
+                    meta = read_meta(data, name)
+                    first = meta.seed_length or 0
+                    if meta.parent_session is None or boundary >= first:
+                        event = find_event_line(data, name, boundary, first)
+                        break
                 owner = meta.parent_session
-                data = self._read(owner)
-                meta = read_meta(data, str(self._log_path(owner)))
-            name = str(self._log_path(owner))
-            event = find_event_line(data, name, boundary, first_seq=meta.seed_length or 0)
             if event is None:
                 raise SessionForkError(
                     "INVALID_BOUNDARY", f"boundary {boundary} is not a stored seq of {parent_id!r}"

@@ -11,10 +11,16 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import trio
-from actorloop.codecs.rows import event_from_row, event_row, meta_from_row, session_row
+from actorloop.codecs.rows import (
+    EventRow,
+    event_from_row,
+    event_row,
+    meta_from_row,
+    session_row,
+)
 from actorloop.runtime.errors import (
     SessionCorruptError,
     SessionExists,
@@ -62,6 +68,7 @@ CREATE TABLE IF NOT EXISTS events (
 ) WITHOUT ROWID;
 """
 _SESSION_COLUMNS = "id, meta, parent, seed_length, version"
+_IDS_PER_QUERY = 500
 _EVENT_COLUMNS = "session_id, seq, type, time, body"
 
 
@@ -158,11 +165,25 @@ class SqliteStore:
             raise SessionNotFound(session_id)
         return meta
 
-    def _next_seq(self, db: sqlite3.Connection, meta: SessionMeta) -> int:
-        (last,) = db.execute(
-            "SELECT MAX(seq) FROM events WHERE session_id = ?", (meta.id,)
-        ).fetchone()
-        return (meta.seed_length or 0) if last is None else last + 1
+    def _next_seqs(self, db: sqlite3.Connection, session_ids: set[str]) -> dict[str, int]:
+        """The next seq of each session, read in the caller's transaction (a few queries
+        for a whole group commit rather than two per session)."""
+        ids = sorted(session_ids)
+        next_seqs: dict[str, int] = {}
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            chunk = ids[start : start + _IDS_PER_QUERY]
+            rows = db.execute(
+                "SELECT id, seed_length, "
+                "(SELECT MAX(seq) FROM events WHERE session_id = sessions.id) "
+                f"FROM sessions WHERE id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            for session_id, seed_length, last in rows:
+                next_seqs[session_id] = (seed_length or 0) if last is None else last + 1
+        for session_id in ids:
+            if session_id not in next_seqs:
+                raise SessionNotFound(session_id)
+        return next_seqs
 
     def _events(
         self, db: sqlite3.Connection, meta: SessionMeta, length: int | None = None
@@ -219,31 +240,27 @@ class SqliteStore:
         await self.append_batch(((session_id, events),))
 
     async def append_batch(self, batch: Batch) -> None:
+        entries = [(session_id, events) for session_id, events in batch if events]
         for session_id, _events in batch:
             check_session_id(session_id)
 
-        def encode() -> list[tuple[str, Sequence[SessionEvent], list[Any]]]:
-            return [
-                (session_id, events, [event_row(session_id, event) for event in events])
-                for session_id, events in batch
-                if events
-            ]
-
-        def write(db: sqlite3.Connection, encoded: list[Any]) -> None:
-            for session_id, events, rows in encoded:
-                next_seq = self._next_seq(db, self._need_meta(db, session_id))
-                check_continues(session_id, events, next_seq)
-                db.executemany(
-                    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?)", rows
-                )
+        def write(db: sqlite3.Connection, rows: list[EventRow]) -> None:
+            next_seqs = self._next_seqs(db, {session_id for session_id, _ in entries})
+            for session_id, events in entries:
+                check_continues(session_id, events, next_seqs[session_id])
+                next_seqs[session_id] += len(events)
+            db.executemany(f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?)", rows)
 
         def run() -> None:
-            encoded = encode()  # outside the connection lock: encoding needs no database
-            if encoded:
-                with write_guard(self._leases, {session_id for session_id, _, _ in encoded}):
-                    self._transaction(lambda db: write(db, encoded), write=True)
+            # Encoded outside the connection lock: encoding needs no database.
+            rows = [
+                event_row(session_id, event) for session_id, events in entries for event in events
+            ]
+            with write_guard(self._leases, {session_id for session_id, _ in entries}):
+                self._transaction(lambda db: write(db, rows), write=True)
 
-        await trio.to_thread.run_sync(run)
+        if entries:
+            await trio.to_thread.run_sync(run)
 
     async def flush(self, session_id: str | None = None) -> None:
         # Every append commits before it returns; durability is the `synchronous` mode's.
