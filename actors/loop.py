@@ -397,8 +397,10 @@ class LoopActor:
             if scope.cancel_called or reason is None:
                 # reason is None without our scope cancelled: an outer cancellation (shutdown).
                 outer = not scope.cancel_called
-                kind = "disposed" if self._disposing or outer else "aborted"
-                reason = TurnEndReason(kind, reason=self._cancel_reason)
+                reason = TurnEndReason(
+                    "disposed" if self._disposing or outer else "aborted",
+                    reason=self._cancel_reason,
+                )
             elif error is not None:
                 log.warning("turn %d of %s failed: %r", turn, self.session.id, error)
                 self.notify("agent/error", error)
@@ -457,7 +459,13 @@ class LoopActor:
     async def _flush(self) -> None:
         events = self.session.events_since(self._persisted)
         self._persisted = len(self.session)
-        await self._persist(self.session.id, events)
+        # `_persisted` has moved past these events, so the hand-off must not be cut short: a
+        # cancel landing before they reach the codec would leave a gap in the store, which
+        # then refuses every later batch. The barrier is shielded; a pending cancel lands at
+        # the checkpoint right after it (before anything is dispatched).
+        with trio.CancelScope(shield=True):
+            await self._persist(self.session.id, events)
+        await trio.lowlevel.checkpoint()
 
     # ------------------------------------------------------------------ the turn
 
@@ -634,8 +642,10 @@ class LoopActor:
     def _record_header(self, header: EpochHeader) -> None:
         folded = self.session.header()
         if not self.logged_header:
-            reason = "initial" if folded is None else "resume"
-            self._append("request/header", RequestHeaderEvent(header, reason))
+            self._append(
+                "request/header",
+                RequestHeaderEvent(header, "initial" if folded is None else "resume"),
+            )
             self.logged_header = True
             return
         assert folded is not None
