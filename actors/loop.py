@@ -198,6 +198,7 @@ class LoopActor:
         self._idle.set()
         self._finished = trio.Event()
         self._step_state: _StepState | None = None
+        self._step_number = 0
         self._tool_batch: list[ContextItem] | None = None
         self._pending_contexts: list[ContextItem] = []
         self._outstanding = 0
@@ -387,7 +388,7 @@ class LoopActor:
                     error = exc
                     reason = TurnEndReason(
                         "error",
-                        step=self._step_state.step if self._step_state else 0,
+                        step=self._step_number,
                         message=f"{type(exc).__name__}: {exc}",
                         code=getattr(exc, "code", None),
                     )
@@ -471,6 +472,7 @@ class LoopActor:
 
     async def _turn_body(self, item: TurnItem, turn: int) -> TurnEndReason:
         self._step_state = None
+        self._step_number = 0
         self._overflow_retries = 0
         if item.kind == "injection":
             self._append_context(ContextItem(item.content, item.source, item.meta))
@@ -482,6 +484,7 @@ class LoopActor:
         step = 0
         while True:
             step += 1
+            self._step_number = step
             outcome = await self._step(turn, step)
             if outcome is not None:
                 return outcome
