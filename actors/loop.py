@@ -392,6 +392,13 @@ class LoopActor:
                         message=f"{type(exc).__name__}: {exc}",
                         code=getattr(exc, "code", None),
                     )
+        except Exception as exc:
+            # What is left of an exception group once trio stripped this scope's Cancelled
+            # from it (e.g. a tool's nursery whose child failed while being cancelled). Only a
+            # cancelled turn gets here: it ends aborted/disposed and the error is not reported.
+            if not scope.cancel_called:
+                raise
+            log.debug("turn %d of %s: error while cancelling: %r", turn, self.session.id, exc)
         finally:
             # Retire the scope first: a cancel from here on does nothing to this turn.
             self._turn_scope = None
