@@ -622,6 +622,9 @@ class LoopActor:
             await self._run_tools(state)
 
         self._end_step()
+        # An observer of tool/result, context/message or step/end may have cancelled: the
+        # continuation seam does not run for a cancelled turn.
+        await trio.lowlevel.checkpoint()
         decision = await self._waterfall(
             "agent/turn-continuation",
             Continuation(
@@ -739,6 +742,9 @@ class LoopActor:
         await self._flush()
         outcome = await self._execute(state, info)
         outcome = await self._waterfall("tools/post-execute", outcome)
+        # A listener may have cancelled and returned normally: drop its rewrite and context;
+        # the cleanup writes the tool's real result (it finished).
+        await trio.lowlevel.checkpoint()
         if not isinstance(outcome, ToolOutcome):
             raise TypeError("tools/post-execute must return a ToolOutcome")
         self._log_result(state, outcome)
