@@ -417,7 +417,7 @@ class LoopActor:
                 self._append("turn/end", TurnEnd(turn, reason))
                 self._turn_number = None
                 await self._flush()
-        if self._outstanding <= 1 and not self._steering:
+        if self._outstanding <= 1:
             self._set_status("idle")
         self._finish_item(item, TurnResult(turn, reason.kind, reason.message or reason.reason))  # type: ignore[arg-type]
 
