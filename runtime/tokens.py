@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from actorloop.codecs.converter import canonical_bytes
 from actorloop.runtime.chunks import TokenUsage
-from actorloop.runtime.events import Append, AssistantMessage
+from actorloop.runtime.events import AssistantMessage, Replace
 from actorloop.runtime.header import ToolSchema
+from actorloop.runtime.header_algebra import HeaderFold
 from actorloop.runtime.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.session import Session
 from actorloop.runtime.surface import project
@@ -56,34 +57,45 @@ def fixed_part_key(
 class TokenMeter:
     """Incremental estimate of one session's request size.
 
-    The surface part is a running sum over appended surface nodes (recomputed after a
-    `Replace`). When the provider reported usage for an answer and the fixed part (system,
-    tools, prefix) is unchanged since, the total is anchored on that real count (if it is not
-    below the heuristic price of the same content) plus the heuristic growth after it.
+    The surface part is a fold over surface events in log order: an `Append` adds its node,
+    a `Replace` swaps the nodes it shadows for the new one, so a meter built over a loaded
+    log (a resumed or forked instance) counts exactly what the running meter would. When
+    the provider reported usage for an answer and the fixed part (system, tools, prefix) of
+    the header that request was sent with is unchanged since, the total is anchored on that
+    real count (if it is not below the heuristic price of the same content) plus the
+    heuristic growth after it. A `Replace` voids the anchor.
     """
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._generation = session.replace_generation
         self._scanned = 0
+        self._nodes: list[int] = []
+        self._cost: dict[int, int] = {}
         self._surface = 0
+        self._header = HeaderFold()
         self._anchor: int | None = None
         self._anchor_surface = 0
         self._anchor_key: bytes | None = None
 
     def surface_tokens(self) -> int:
         session = self._session
-        if session.replace_generation != self._generation:
-            self._generation = session.replace_generation
-            self._surface = estimate_messages(session.derive_messages())
-            self._scanned = len(session)
-            self._anchor = None
-            return self._surface
         for event in session.events_since(self._scanned):
-            if isinstance(event.surface_op, Append):
+            self._header.feed(event)
+            op = event.surface_op
+            if op is not None:
                 message = project(event)
-                if message is not None:
-                    self._surface += estimate_message(message)
+                cost = estimate_message(message) if message is not None else 0
+                if isinstance(op, Replace):
+                    start = self._nodes.index(op.start)
+                    end = self._nodes.index(op.end, start)
+                    for seq in self._nodes[start : end + 1]:
+                        self._surface -= self._cost.pop(seq)
+                    self._nodes[start : end + 1] = [event.seq]
+                    self._anchor = None
+                else:
+                    self._nodes.append(event.seq)
+                self._cost[event.seq] = cost
+                self._surface += cost
             data = event.data
             if isinstance(data, AssistantMessage) and data.usage is not None:
                 self._set_anchor(data.usage)
@@ -91,7 +103,7 @@ class TokenMeter:
         return self._surface
 
     def _set_anchor(self, usage: TokenUsage) -> None:
-        header = self._session.header()
+        header = self._header.current
         system, tools, prefix = (
             (header.system, header.tools or (), header.message_prefix or ())
             if header is not None
