@@ -13,7 +13,12 @@ from actorloop.actors.codec import CodecActor
 from actorloop.actors.compaction import CompactionActor
 from actorloop.actors.loop import Compactor, LoopActor, SessionStartKind
 from actorloop.runtime.agent import Agent
-from actorloop.runtime.errors import ActorloopError, SessionBusy, SessionNotFound
+from actorloop.runtime.errors import (
+    ActorloopError,
+    SessionBusy,
+    SessionForkError,
+    SessionNotFound,
+)
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
 from actorloop.runtime.invariants import InvariantCheckedProvider
@@ -188,12 +193,10 @@ class Runtime:
             source = source_loop.session
             options = options or source_loop.options
         else:
+            if not await self.store.exists(session_id):
+                raise SessionForkError("SESSION_NOT_FOUND", f"session {session_id!r} not found")
             if options is None:
                 raise ValueError("options are required to fork a session that is not live")
-            if not await self.store.exists(session_id):
-                from actorloop.runtime.errors import SessionForkError
-
-                raise SessionForkError("SESSION_NOT_FOUND", f"session {session_id!r} not found")
             meta, events = await self.store.load(session_id)
             source = Session.from_events(session_id, events, meta)
         provider = self.provider_for(options)
