@@ -201,7 +201,8 @@ class Runtime:
             source = Session.from_events(session_id, events, meta)
         provider = self.provider_for(options)
         child = source.fork(boundary, child_id)
-        self._refuse_live(child.id)
+        if child.id in self._loops or await self.store.exists(child.id):
+            raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child.id!r} exists")
         lease = self.store.claim(child.id)
         try:
             assert child.meta.seed_length is not None
