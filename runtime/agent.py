@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
-from actorloop.runtime.messages import Block, Content, Source
+from actorloop.runtime.messages import USER, Block, Content, Source, as_content
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.seams import TurnResult
 from actorloop.runtime.session import Session
@@ -78,13 +78,9 @@ class Agent:
     async def send(
         self, content: str | Content | list[Block], *, source: SourceSpec = None
     ) -> TurnResult:
-        from actorloop.runtime.messages import USER, as_content
-
         return await self._loop.send(as_content(content), as_source(source, USER))
 
     def steer(self, content: str | Content | list[Block], *, source: SourceSpec = None) -> None:
-        from actorloop.runtime.messages import USER, as_content
-
         self._loop.steer(as_content(content), as_source(source, USER))
 
     def inject(
@@ -93,8 +89,6 @@ class Agent:
         source: SourceSpec = "plugin",
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        from actorloop.runtime.messages import USER, as_content
-
         self._loop.inject(as_content(content), as_source(source, USER), meta)
 
     def cancel(self, reason: str | None = None, keep_inbox: bool = False) -> None:

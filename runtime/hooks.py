@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Literal, TypeAlias
 
 from actorloop.runtime.errors import HookError
@@ -132,5 +132,3 @@ class _Unset:
 
 
 _UNSET: Any = _Unset()
-
-WaterfallListener: TypeAlias = Callable[[Any, Any, Callable[..., Awaitable[Any]]], Any]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import trio
@@ -59,12 +59,20 @@ class CompactionConfig:
     prune: bool = False
 
 
-def _stop(value: object) -> tuple[str, ...] | None:
+def _stop(value: str | Iterable[str] | None) -> tuple[str, ...] | None:
     if value is None:
         return None
     if isinstance(value, str):
         return (value,)
-    return tuple(value)  # type: ignore[call-overload]
+    return tuple(value)
+
+
+def _names(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
+    return tuple(value)
 
 
 @frozen
@@ -72,13 +80,11 @@ class AgentOptions:
     model: str
     provider: str | None = None
     system: str | None = None
-    tools: tuple[Tool, ...] = field(default=(), converter=tuple)
+    tools: tuple[Tool, ...] = field(default=(), converter=_tools)
     temperature: float | None = None
     max_tokens: int | None = None
     stop: tuple[str, ...] | None = field(default=None, converter=_stop)
-    tool_order: tuple[str, ...] | None = field(
-        default=None, converter=lambda v: None if v is None else tuple(v)
-    )
+    tool_order: tuple[str, ...] | None = field(default=None, converter=_names)
     context_window: int | None = None
     compaction: CompactionConfig = CompactionConfig()
     labels: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)

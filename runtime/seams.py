@@ -11,13 +11,15 @@ from actorloop.runtime.chunks import ErrorInfo
 from actorloop.runtime.events import ToolError
 from actorloop.runtime.messages import Content, Message, Source, Text
 
+HOOK_SOURCE = Source("plugin", "hook")
+
 
 @frozen
 class ContextItem:
     """Extra context a listener asks the loop to log as a `context/message`."""
 
     content: Content | str
-    source: Source = Source.of_plugin("hook")
+    source: Source = HOOK_SOURCE
     meta: FrozenDict | None = None
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from attrs import frozen
+
 from actorloop.codecs.converter import canonical_bytes
+from actorloop.runtime.chunks import ChunkAssembler
 from actorloop.runtime.errors import ActorloopError
-from actorloop.runtime.events import AssistantMessage, SessionEvent, StepStart
+from actorloop.runtime.events import AssistantChunk, AssistantMessage, SessionEvent, StepStart
 from actorloop.runtime.request import request_digest
 from actorloop.runtime.session import Session, SessionMeta
 from actorloop.runtime.surface import chain_of
-from attrs import frozen
 
 
 class VerificationFailed(ActorloopError):
@@ -65,8 +67,24 @@ def verify_log(meta: SessionMeta, events: Sequence[SessionEvent]) -> VerifyRepor
                         f"rebuilt from the log {rebuilt[:16]}…",
                     )
                 checked += 1
+        if isinstance(data, AssistantMessage) and event.source_event_seqs:
+            _check_chunks(replay, event)
         try:
             replay.append_event(event)
         except ActorloopError as exc:
             raise VerificationFailed(event.seq, str(exc)) from exc
     return VerifyReport(meta.id, len(events), replay.last_turn, checked, missing)
+
+
+def _check_chunks(replay: Session, event: SessionEvent) -> None:
+    """An assistant message must be exactly what its provenance chunks assemble to."""
+    assembler = ChunkAssembler()
+    for seq in event.source_event_seqs or ():
+        chunk = replay.event(seq).data
+        if not isinstance(chunk, AssistantChunk):
+            raise VerificationFailed(event.seq, f"provenance seq {seq} is not an assistant/chunk")
+        assembler.feed(chunk.chunk)
+    truncated = assembler.finish is not None and assembler.finish.kind == "max-tokens"
+    assert isinstance(event.data, AssistantMessage)
+    if assembler.content(drop_tool_calls=truncated) != event.data.content:
+        raise VerificationFailed(event.seq, "assistant/message content diverges from its chunks")
