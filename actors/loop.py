@@ -245,6 +245,7 @@ class LoopActor:
         if not self._closed:
             self._closed = True
             self._disposing = True
+            self._set_status("disposed")
             self._discard_queued()
             if self._turn_scope is not None:
                 self._turn_scope.cancel()
@@ -417,7 +418,7 @@ class LoopActor:
                 self._append("turn/end", TurnEnd(turn, reason))
                 self._turn_number = None
                 await self._flush()
-        if self._outstanding <= 1:
+        if self._outstanding <= 1 and not self._closed:
             self._set_status("idle")
         self._finish_item(item, TurnResult(turn, reason.kind, reason.message or reason.reason))  # type: ignore[arg-type]
 
