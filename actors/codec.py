@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from typing import TypeAlias
 
 import trio
+from attrs import frozen
+
 from actorloop.runtime.errors import StoreError
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.kernel import Reply
 from actorloop.runtime.stores.base import Store
-from attrs import frozen
 
 log = logging.getLogger("actorloop.codec")
 

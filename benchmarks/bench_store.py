@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+
 from actorloop.actors.codec import CodecActor
 from actorloop.runtime.chunks import TextDelta
 from actorloop.runtime.events import (

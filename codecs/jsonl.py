@@ -14,6 +14,8 @@ import zlib
 from typing import TypeAlias
 
 import orjson
+from attrs import frozen
+
 from actorloop.codecs.converter import decode_event, encode_event
 from actorloop.codecs.rows import decode_meta, encode_meta
 from actorloop.runtime.errors import (
@@ -23,7 +25,6 @@ from actorloop.runtime.errors import (
 )
 from actorloop.runtime.events import SessionEvent, TurnEnd
 from actorloop.runtime.session import SessionMeta
-from attrs import frozen
 
 LogBuffer: TypeAlias = bytes | mmap.mmap
 """A whole log file's bytes, or an mmap of it (read by slicing and find/rfind only)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+
 from actorloop.codecs.converter import decode_event, encode_event
 from actorloop.codecs.jsonvalue import JsonValueError, canonical_json, freeze_object
 from actorloop.runtime.errors import SessionFormatError, SessionFormatUnsupported

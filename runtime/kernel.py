@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 import trio
+
 from actorloop.runtime.errors import ActorStopped, InboxFull
 
 log = logging.getLogger("actorloop.kernel")

@@ -16,11 +16,12 @@ import random
 import sys
 
 import trio
+from session_logs import turn_script
+
 from actorloop.actors.codec import CodecActor
 from actorloop.codecs.converter import encode_event
 from actorloop.runtime.session import Session, SessionMeta
 from actorloop.runtime.stores import Store, open_store
-from session_logs import turn_script
 
 
 def say(line: str) -> None:

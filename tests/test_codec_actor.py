@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from session_logs import closed_log
+
 from actorloop.actors.codec import CodecActor
 from actorloop.runtime.errors import StoreError
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.session import SessionMeta
 from actorloop.runtime.stores import MemoryStore, open_store
 from actorloop.runtime.stores.base import Batch
-from session_logs import closed_log
 
 
 class GatedStore(MemoryStore):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import trio
+
 from actorloop.codecs.converter import encode_event
 from actorloop.runtime.events import TurnEnd
 from actorloop.runtime.session import Session

@@ -6,14 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from session_logs import begin_turn, closed_log, model_step
+
 from actorloop.codecs.jsonl import event_line, frame, meta_line, scan_log, unframe
 from actorloop.runtime.errors import SessionBusy, SessionCorruptError
 from actorloop.runtime.messages import ToolCall
 from actorloop.runtime.session import Session
 from actorloop.runtime.stores import JsonlStore
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from session_logs import begin_turn, closed_log, model_step
 
 CLOSED_TURNS = 2
 LAST_TURN_END_LINE = 13 * CLOSED_TURNS + 1  # line 1 is the meta, event seq s is line s + 2

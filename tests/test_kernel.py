@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+
 from actorloop.runtime.errors import ActorStopped, InboxFull
 from actorloop.runtime.kernel import ActorRef, Reply, Supervisor
 

@@ -3,6 +3,8 @@ version refusal, fork and crash repair on load (scenario S3)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +13,16 @@ import orjson
 import pytest
 import trio
 import trio.lowlevel
+from session_logs import (
+    FIXED_TIME,
+    begin_turn,
+    closed_log,
+    end_step,
+    model_step,
+    tool_call,
+    tool_turn,
+)
+
 from actorloop.codecs.converter import encode_event
 from actorloop.codecs.jsonl import frame
 from actorloop.runtime.errors import (
@@ -28,16 +40,8 @@ from actorloop.runtime.events import ToolResultEvent, TurnEnd
 from actorloop.runtime.messages import ToolCall
 from actorloop.runtime.session import Session, SessionMeta
 from actorloop.runtime.stores import JsonlStore, MemoryStore, SqliteStore, Store, open_store
+from actorloop.runtime.stores import jsonl as jsonl_store
 from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH, check_session_id
-from session_logs import (
-    FIXED_TIME,
-    begin_turn,
-    closed_log,
-    end_step,
-    model_step,
-    tool_call,
-    tool_turn,
-)
 
 KINDS = ("memory", "sqlite", "jsonl")
 
@@ -414,6 +418,63 @@ async def test_jsonl_fork_stores_only_a_pointer(tmp_path: Path) -> None:
     await stored(store, closed_log("parent", 4))
     await store.fork("parent", 38, "child")
     assert len((tmp_path / "child" / "log.jsonl").read_bytes().splitlines()) == 1
+
+
+# failed writes ----------------------------------------------------------------------------
+
+
+def half_write_then_enospc(fd: int, data: bytes) -> None:
+    os.write(fd, data[: len(data) // 2])
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+async def test_jsonl_cuts_a_failed_write_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    session = closed_log("w", 2)
+    await store.create(session.meta)
+    await store.append("w", session.events[:13])
+    log = tmp_path / "w" / "log.jsonl"
+    before = log.read_bytes()
+    with monkeypatch.context() as patch:
+        patch.setattr(jsonl_store, "_write_all", half_write_then_enospc)
+        with pytest.raises(StoreError, match="cut back"):
+            await store.append("w", session.events[13:])
+    assert log.read_bytes() == before
+    await store.append("w", session.events[13:])
+    assert (await JsonlStore(tmp_path).load("w"))[1] == session.events
+
+
+async def test_jsonl_refuses_appends_after_an_undoable_failed_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    session = closed_log("w", 2)
+    await store.create(session.meta)
+    await store.append("w", session.events[:13])
+
+    def no_truncate(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(jsonl_store, "_write_all", half_write_then_enospc)
+        patch.setattr(os, "ftruncate", no_truncate)
+        with pytest.raises(StoreError, match="cutting it back failed"):
+            await store.append("w", session.events[13:])
+    with pytest.raises(StoreError, match="unusable"):
+        await store.append("w", session.events[13:])
+    # A repairing load cuts the half-written line (a torn tail), keeps the complete lines
+    # before it, closes the reopened turn, and the session takes appends again.
+    meta, events = await store.load("w")
+    kept = next(i for i, e in enumerate(events) if e != session.events[i])
+    assert kept > 13
+    assert events[-1].type == "turn/end"
+    assert events[-1].data.reason.kind == "interrupted"  # type: ignore[union-attr]
+    resumed = Session.from_events("w", events, meta)
+    tool_turn(resumed, "after the repair")
+    await store.append("w", resumed.events_since(len(events)))
+    assert (await JsonlStore(tmp_path).load("w"))[1] == resumed.events
 
 
 # crash repair on load ---------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import trio
+
 from actorloop.codecs.jsonl import (
     FIRST_EVENT_LINE,
     LogBuffer,

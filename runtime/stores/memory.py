@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import trio
+
 from actorloop.codecs.rows import check_version
 from actorloop.runtime.errors import SessionExists, SessionForkError, SessionNotFound, StoreError
 from actorloop.runtime.events import SessionEvent, TurnEnd

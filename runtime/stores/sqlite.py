@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import trio
+
 from actorloop.codecs.rows import (
     EventRow,
     event_from_row,
@@ -274,22 +275,25 @@ class SqliteStore:
 
     async def load(self, session_id: str, *, lease: Lease | None = None) -> Loaded:
         check_session_id(session_id)
-        with self._leases.writer_right(session_id, lease) as may_write:
 
-            def run(db: sqlite3.Connection) -> Loaded:
-                meta = self._need_meta(db, session_id)
-                events = self._events(db, meta)
-                fixes = plan_repair(meta, events, lambda seq: self._where(session_id, seq))
-                if fixes:
-                    if not may_write:
-                        raise refuse_live_repair(session_id, "its last turn has no turn/end")
-                    db.executemany(
-                        f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-                        [event_row(session_id, event) for event in fixes],
-                    )
-                return meta, (*events, *fixes)
+        def read(db: sqlite3.Connection, may_write: bool) -> Loaded:
+            meta = self._need_meta(db, session_id)
+            events = self._events(db, meta)
+            fixes = plan_repair(meta, events, lambda seq: self._where(session_id, seq))
+            if fixes:
+                if not may_write:
+                    raise refuse_live_repair(session_id, "its last turn has no turn/end")
+                db.executemany(
+                    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                    [event_row(session_id, event) for event in fixes],
+                )
+            return meta, (*events, *fixes)
 
-            return await self._in_thread(run, write=may_write)
+        def run() -> Loaded:
+            with self._leases.writer_right(session_id, lease) as may_write:
+                return self._transaction(lambda db: read(db, may_write), write=may_write)
+
+        return await trio.to_thread.run_sync(run)
 
     async def exists(self, session_id: str) -> bool:
         check_session_id(session_id)
