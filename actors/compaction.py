@@ -285,6 +285,9 @@ class CompactionActor:
         start = loop.append("compaction/start", CompactionStart(compaction_id, turn))
         try:
             outcome = await self.summarize(SummaryJob(loop.provider, request))
+            # A cancel that landed after the answer but before this task resumed still
+            # discards the summary (no yield when not cancelled: the commit stays atomic).
+            await trio.lowlevel.checkpoint_if_cancelled()
             framed = frame_summary(outcome.text)
             summary_tokens = estimate_message(Message.user(framed))
             if summary_tokens >= region.tokens:
