@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from actorloop.codecs.converter import event_to_dict, unstructure
+from actorloop.codecs.converter import event_to_dict
+from actorloop.codecs.rows import meta_to_dict
 from actorloop.runtime.errors import ActorloopError, SessionNotFound
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.orchestration import RunReport, make_sim, run_workload
@@ -222,7 +223,7 @@ def list_sessions(store_url: str, as_json: bool) -> None:
             await store.close()
         if as_json:
             for meta in metas:
-                sys.stdout.buffer.write(orjson.dumps(unstructure(meta)) + b"\n")
+                sys.stdout.buffer.write(orjson.dumps(meta_to_dict(meta)) + b"\n")
             sys.stdout.flush()
             return
         table = Table("id", "parent", "seed", "created")
