@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import trio
+from attrs import define, field, frozen
+
 from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo, TokenUsage
 from actorloop.runtime.errors import ProviderError
 from actorloop.runtime.events import (
@@ -26,7 +29,6 @@ from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.request import Request
 from actorloop.runtime.surface import project
 from actorloop.runtime.tokens import estimate_message
-from attrs import define, field, frozen
 
 if TYPE_CHECKING:
     from actorloop.actors.loop import LoopActor
@@ -94,30 +96,28 @@ def is_summary(event: SessionEvent) -> bool:
 
 
 def balanced_cut(nodes: list[tuple[int, Message | None]], cut: int) -> int:
-    """Move `cut` toward the head until no tool call is separated from its result."""
+    """Move `cut` toward the head until no tool call is separated from its result.
 
-    def ids(messages: list[tuple[int, Message | None]]) -> tuple[set[str], set[str]]:
-        calls: set[str] = set()
-        results: set[str] = set()
-        for _seq, message in messages:
-            if message is None:
-                continue
-            for block in message.content:
-                if isinstance(block, ToolCall):
-                    calls.add(block.id)
-                elif isinstance(block, ToolResult):
-                    results.add(block.tool_call_id)
-        return calls, results
-
-    left_calls, left_results = ids(nodes[:cut])
-    right_calls, right_results = ids(nodes[cut:])
-    while cut > 0 and (left_calls & right_results or left_results & right_calls):
+    Call ids are unique within a step only, so an id may come back in a later step: each
+    result pairs with the latest earlier unanswered call of its id, and a cut is balanced
+    when no such pair has its call before the cut and its result at or after it.
+    """
+    open_calls: dict[str, list[int]] = {}
+    # a difference array: the pair (call, result) crosses every cut c with call < c <= result
+    straddle = [0] * (len(nodes) + 2)
+    for index, (_seq, message) in enumerate(nodes):
+        if message is None:
+            continue
+        for block in message.content:
+            if isinstance(block, ToolCall):
+                open_calls.setdefault(block.id, []).append(index)
+            elif isinstance(block, ToolResult) and open_calls.get(block.tool_call_id):
+                call = open_calls[block.tool_call_id].pop()
+                straddle[call + 1] += 1
+                straddle[index + 1] -= 1
+    crossing = list(accumulate(straddle))
+    while cut > 0 and crossing[cut] > 0:
         cut -= 1
-        moved_calls, moved_results = ids([nodes[cut]])
-        left_calls -= moved_calls
-        left_results -= moved_results
-        right_calls |= moved_calls
-        right_results |= moved_results
     return cut
 
 

@@ -51,6 +51,7 @@ from actorloop.runtime.events import (
     UserMessage,
 )
 from actorloop.runtime.invariants import check_request
+from actorloop.runtime.messages import ToolCall, ToolResult
 from actorloop.runtime.providers.scripted import ScriptEntry
 from actorloop.runtime.request import Request
 from actorloop.runtime.stores.base import open_store
@@ -866,3 +867,38 @@ async def test_compacted_log_reloads_with_the_same_derivation_and_rebuilds_every
         )
         check_request(events[:cut], request)
         assert request.messages[0] == prefix
+
+
+# ---------------------------------------------------------------- reused call ids
+
+
+def assert_wire_valid(history: Sequence[Message]) -> None:
+    """Every tool result answers a call of the nearest assistant message before it."""
+    last_calls: set[str] | None = None
+    for message in history:
+        if message.role == "assistant":
+            last_calls = {b.id for b in message.content if isinstance(b, ToolCall)}
+            continue
+        for block in message.content:
+            if isinstance(block, ToolResult):
+                assert last_calls is not None and block.tool_call_id in last_calls, (
+                    f"orphaned tool result {block.tool_call_id!r}"
+                )
+
+
+@pytest.mark.parametrize("retain", [40, 90, 160, 260])
+async def test_compaction_keeps_pairs_when_a_provider_reuses_call_ids(retain: int) -> None:
+    script: list[ScriptEntry] = []
+    for index in range(1, 9):
+        script += [tool_call("c1", "echo", {"x": "q" * 60}), answer(index, size=120)]
+    provider = Model(script)
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(options(window=700, tools=[ECHO], retain_tokens=retain))
+        for index in range(1, 9):
+            assert (await agent.send(turn_text(index, 120))).reason == "completed"
+        session = agent.session
+    assert len(of_type(session, "compaction/summary")) >= 2
+    check_transactions(session)
+    for request in provider.requests:
+        assert_wire_valid(request.history)
+    assert_wire_valid(session.derive_messages())

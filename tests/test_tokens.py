@@ -7,6 +7,10 @@ import math
 from typing import Any
 
 import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import LogBuilder, build_log, programs
+
 from actorloop.codecs.converter import unstructure
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime import TokenUsage
@@ -33,9 +37,6 @@ from actorloop.runtime.tokens import (
     estimate_tools,
     fixed_part_tokens,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from strategies import LogBuilder, build_log, programs
 
 SYSTEM = "You are a careful assistant."
 TOOLS = (ToolSchema("echo", "Echo x back", {"type": "object"}),)
