@@ -3,12 +3,15 @@ CodecActor, the compactor, providers, global listeners and the registry of live 
 
 from __future__ import annotations
 
+import errno
 import logging
+import resource
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
+
 from actorloop.actors.codec import CodecActor
 from actorloop.actors.compaction import CompactionActor
 from actorloop.actors.loop import Compactor, LoopActor, SessionStartKind
@@ -18,6 +21,7 @@ from actorloop.runtime.errors import (
     SessionBusy,
     SessionForkError,
     SessionNotFound,
+    StoreError,
 )
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
@@ -158,7 +162,7 @@ class Runtime:
         provider = self.provider_for(options)
         self._refuse_live(session_id)
         meta = SessionMeta(session_id, labels=options.labels)
-        lease = self.store.claim(session_id)
+        lease = self._claim(session_id)
         try:
             await self.store.create(meta)
         except BaseException:
@@ -170,7 +174,7 @@ class Runtime:
         """A new loop instance on a stored session (repaired on load)."""
         provider = self.provider_for(options)
         self._refuse_live(session_id)
-        lease = self.store.claim(session_id)
+        lease = self._claim(session_id)
         try:
             meta, events = await self.store.load(session_id, lease=lease)
             session = Session.from_events(session_id, events, meta)
@@ -203,7 +207,7 @@ class Runtime:
         child = source.fork(boundary, child_id)
         if child.id in self._loops or await self.store.exists(child.id):
             raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child.id!r} exists")
-        lease = self.store.claim(child.id)
+        lease = self._claim(child.id)
         try:
             assert child.meta.seed_length is not None
             await self.store.fork(session_id, child.meta.seed_length - 1, child.id)
@@ -211,6 +215,24 @@ class Runtime:
             lease.release()
             raise
         return await self._start(child, options, provider, lease, "fork")
+
+    def _claim(self, session_id: str) -> Any:
+        """The store's writer lease. A durable store's lease holds one lock-file descriptor
+        per live session, so thousands of agents outgrow a 1024 soft fd limit: on EMFILE the
+        soft limit is raised to the hard limit once (as Go's runtime does) and the claim
+        retried; past the hard limit the error says what ran out."""
+        try:
+            return self.store.claim(session_id)
+        except StoreError as exc:
+            if not _out_of_fds(exc):
+                raise
+            if not _raise_fd_limit():
+                raise StoreError(
+                    f"cannot claim session {session_id!r}: out of file descriptors "
+                    f"({len(self._loops)} live agents each hold a writer-lease lock file; "
+                    "raise `ulimit -n`)"
+                ) from exc
+        return self._claim(session_id)
 
     def _refuse_live(self, session_id: str) -> None:
         if session_id in self._loops:
@@ -251,6 +273,25 @@ class Runtime:
             for loop in list(self._loops.values()):
                 nursery.start_soon(loop.dispose)
         await self.codec.aclose()
+
+
+def _out_of_fds(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, OSError) and cause.errno == errno.EMFILE
+
+
+def _raise_fd_limit() -> bool:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; whether it went up."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft >= hard:
+        return False
+    target = hard if hard != resource.RLIM_INFINITY else max(soft * 4, 65536)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        return False
+    log.info("raised the soft open-file limit from %d to %d for writer leases", soft, target)
+    return True
 
 
 @asynccontextmanager
