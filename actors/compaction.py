@@ -12,7 +12,6 @@ import trio
 from attrs import define, field, frozen
 
 from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo, TokenUsage
-from actorloop.runtime.errors import ProviderError
 from actorloop.runtime.events import (
     CompactionEnd,
     CompactionPrune,
@@ -305,8 +304,9 @@ class CompactionActor:
                 CompactionEnd(compaction_id, turn, ErrorInfo(str(exc) or type(exc).__name__, code)),
             )
             self.failures += 1
-            if isinstance(exc, (CompactionFailed, ProviderError)):
-                log.warning("compaction of %s failed: %s", session.id, exc)
+            if isinstance(exc, Exception):
+                # Fail closed: only cancellation propagates; the turn goes on (§2.7).
+                log.warning("compaction of %s failed: %r", session.id, exc)
                 return False
             raise
         # Commit without yielding: nothing can interleave between these three appends.
