@@ -193,6 +193,8 @@ class CompactionActor:
         tools = loop.current_tools
         if self.pressure(loop, full_system_prompt, tools, session_prefix) <= threshold:
             return
+        # A pre-step listener may have cancelled and returned normally: write nothing.
+        await trio.lowlevel.checkpoint_if_cancelled()
         if config.prune:
             self.prune(loop)
             if self.pressure(loop, full_system_prompt, tools, session_prefix) <= threshold:
@@ -278,6 +280,7 @@ class CompactionActor:
             prefix_length=len(session_prefix),
             one_shot=True,
         )
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled turn starts nothing
         compaction_id = uuid.uuid4().hex
         turn = session.open_turn
         assert turn is not None, "compaction runs inside a turn"

@@ -524,6 +524,30 @@ async def test_cancellation_at_any_point_leaves_one_error_end_and_the_surface(ho
     assert turn_end.reason.kind == result.reason
 
 
+async def test_a_cancel_made_by_a_pre_step_listener_starts_no_compaction() -> None:
+    """The listener cancels and returns normally: the gate must not open a transaction for
+    a turn that is already cancelled."""
+
+    async def pre_step(agent: Any, value: Any) -> None:
+        if value.turn == 2:
+            agent.cancel("listener")
+
+    provider = Model([answer(1), answer(2)])
+    async with open_runtime(provider) as rt:
+        rt.on("agent/session-prefix", prefix_listener(BIG_PREFIX))
+        agent = await rt.spawn(options(retain_tokens=100))
+        agent.on("agent/pre-step", pre_step)
+        await agent.send(turn_text(1))
+        before = snapshot(agent.session)
+        assert (await agent.send(turn_text(2))).reason == "aborted"
+        session = agent.session
+    kinds = types_of(session.events)
+    assert not any(kind.startswith("compaction/") for kind in kinds)
+    assert provider.summary_requests == []
+    assert session.replace_generation == before[0] == 0
+    assert kinds[-3:] == ["turn/start", "user/message", "turn/end"]
+
+
 async def test_after_a_cancelled_compaction_the_next_turn_compacts() -> None:
     provider = Model([answer(1), answer(3)], [HANG])
     async with open_runtime(provider) as rt:
@@ -558,7 +582,12 @@ def _raises(request: Request) -> list[StreamChunk]:
     raise ProviderError("rate limited", "RATE_LIMITED")
 
 
+def _adapter_bug(request: Request) -> list[StreamChunk]:
+    raise RuntimeError("adapter bug")
+
+
 FAILURES: dict[str, tuple[ScriptEntry, str]] = {
+    "adapter-bug": (_adapter_bug, "COMPACTION_FAILED"),
     "error-finish": (_error_finish, "OVERLOADED"),
     "provider-raises": (_raises, "RATE_LIMITED"),
     "max-tokens": (max_tokens_reply("a summary that was cut"), "SUMMARY_TRUNCATED"),
