@@ -3,13 +3,17 @@ child's answer — structured, so cancelling the parent's turn cancels the child
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
+
 from actorloop.runtime.events import AssistantMessage, TurnEnd
 from actorloop.runtime.options import AgentOptions, Tool, ToolContext
 from actorloop.runtime.seams import TurnResult
+from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH
 
 if TYPE_CHECKING:
     from actorloop.runtime.agent import Agent
@@ -77,7 +81,7 @@ def subagent_tool(
             raise SubagentError("the 'task' argument must be a non-empty string")
         parent = ctx.agent
         child_options = options(parent) if callable(options) else options or parent.options
-        child_id = f"{parent.id}.{ctx.call_id}"
+        child_id = await _child_id(runtime, parent.id, ctx.call_id)
         if mode == "fork":
             boundary = last_turn_end(parent)
             if boundary is None:
@@ -97,6 +101,24 @@ def subagent_tool(
                     await child.dispose()
 
     return Tool(name, description, TASK_PARAMETERS, execute)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_MAX_BASE = MAX_SESSION_ID_LENGTH - 16
+
+
+async def _child_id(runtime: Runtime, parent_id: str, call_id: str) -> str:
+    """`<parent>.<call id>` made a valid, unused session id: models may reuse call ids
+    across turns ("call_0") or use characters a session id cannot hold."""
+    base = f"{parent_id}.{_UNSAFE.sub('_', call_id) or 'call'}".replace("..", ".")
+    if len(base) > _MAX_BASE:
+        digest = hashlib.sha256(base.encode()).hexdigest()[:16]
+        base = f"{base[: _MAX_BASE - 17]}-{digest}"
+    candidate, n = base, 1
+    while runtime.get(candidate) is not None or await runtime.store.exists(candidate):
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
 
 
 def _with_labels(options: AgentOptions, labels: dict[str, Any]) -> AgentOptions:
