@@ -38,6 +38,10 @@ class ProviderNotConfigured(ActorloopError, LookupError):
     pass
 
 
+class RuntimeClosed(ActorloopError):
+    """The runtime is shutting down (or closed): it starts no more agents."""
+
+
 class Runtime:
     """Use `async with Runtime.open(...) as rt`; leaving it disposes every agent, flushes and
     closes the store, so nothing acknowledged is lost."""
@@ -62,6 +66,7 @@ class Runtime:
         self._loops: dict[str, LoopActor] = {}
         self._leases: dict[str, Any] = {}
         self._default_provider = default_provider
+        self._closing = False
         self._checked: dict[str, InvariantCheckedProvider] = {}
         self.providers: dict[str, Provider] = {}
         for name, provider in providers.items():
@@ -158,6 +163,7 @@ class Runtime:
 
     async def spawn(self, options: AgentOptions, session_id: str | None = None) -> Agent:
         """A new agent on a new session."""
+        self._refuse_closing()
         session_id = session_id or new_session_id()
         provider = self.provider_for(options)
         self._refuse_live(session_id)
@@ -172,6 +178,7 @@ class Runtime:
 
     async def resume(self, session_id: str, options: AgentOptions) -> Agent:
         """A new loop instance on a stored session (repaired on load)."""
+        self._refuse_closing()
         provider = self.provider_for(options)
         self._refuse_live(session_id)
         lease = self._claim(session_id)
@@ -191,6 +198,7 @@ class Runtime:
         options: AgentOptions | None = None,
     ) -> Agent:
         """A child agent seeded with the source's events up to `boundary` (a turn/end)."""
+        self._refuse_closing()
         source_loop = self._loops.get(session_id)
         if source_loop is not None:
             await source_loop.flush()
@@ -234,6 +242,10 @@ class Runtime:
                 ) from exc
         return self._claim(session_id)
 
+    def _refuse_closing(self) -> None:
+        if self._closing:
+            raise RuntimeClosed("the runtime is shutting down; it starts no more agents")
+
     def _refuse_live(self, session_id: str) -> None:
         if session_id in self._loops:
             raise SessionBusy(f"session {session_id!r} is owned by a live agent in this runtime")
@@ -246,6 +258,11 @@ class Runtime:
         lease: Any,
         origin: SessionStartKind,
     ) -> Agent:
+        if self._closing:
+            # Shutdown began while this spawn/resume/fork awaited the store: a loop started
+            # now would outlive the codec and crash on its first flush.
+            lease.release()
+            raise RuntimeClosed("the runtime is shutting down; it starts no more agents")
         loop = LoopActor(
             session=session,
             options=options,
@@ -269,9 +286,11 @@ class Runtime:
                 lease.release()
 
     async def _shutdown(self) -> None:
-        async with trio.open_nursery() as nursery:
-            for loop in list(self._loops.values()):
-                nursery.start_soon(loop.dispose)
+        self._closing = True
+        while self._loops:
+            async with trio.open_nursery() as nursery:
+                for loop in list(self._loops.values()):
+                    nursery.start_soon(loop.dispose)
         await self.codec.aclose()
 
 
