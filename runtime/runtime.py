@@ -200,21 +200,13 @@ class Runtime:
         """A child agent seeded with the source's events up to `boundary` (a turn/end)."""
         self._refuse_closing()
         source_loop = self._loops.get(session_id)
-        if source_loop is not None:
-            await source_loop.flush()
-            source = source_loop.session
-            options = options or source_loop.options
-        else:
-            if not await self.store.exists(session_id):
-                raise SessionForkError("SESSION_NOT_FOUND", f"session {session_id!r} not found")
-            if options is None:
-                raise ValueError("options are required to fork a session that is not live")
-            meta, events = await self.store.load(session_id)
-            source = Session.from_events(session_id, events, meta)
+        if source_loop is None:
+            return await self._fork_stored(session_id, boundary, child_id, options)
+        await source_loop.flush()
+        options = options or source_loop.options
         provider = self.provider_for(options)
-        child = source.fork(boundary, child_id)
-        if child.id in self._loops or await self.store.exists(child.id):
-            raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child.id!r} exists")
+        child = source_loop.session.fork(boundary, child_id)
+        await self._refuse_existing(child.id)
         lease = self._claim(child.id)
         try:
             assert child.meta.seed_length is not None
@@ -241,6 +233,46 @@ class Runtime:
                     "raise `ulimit -n`)"
                 ) from exc
         return self._claim(session_id)
+
+    async def _fork_stored(
+        self,
+        session_id: str,
+        boundary: int | None,
+        child_id: str | None,
+        options: AgentOptions | None,
+    ) -> Agent:
+        """Fork a session no agent here owns. With a boundary, only the seed is read (the
+        store checks the boundary): the source may be live in another process, mid-turn."""
+        if not await self.store.exists(session_id):
+            raise SessionForkError("SESSION_NOT_FOUND", f"session {session_id!r} not found")
+        if options is None:
+            raise ValueError("options are required to fork a session that is not live")
+        provider = self.provider_for(options)
+        if boundary is None:
+            # The default boundary is the last event: that needs the whole (repaired) log.
+            meta, events = await self.store.load(session_id)
+            planned = Session.from_events(session_id, events, meta).fork(None, child_id)
+            assert planned.meta.seed_length is not None
+            boundary, child_id = planned.meta.seed_length - 1, planned.id
+        child_id = child_id or new_session_id()
+        if child_id == session_id:
+            raise SessionForkError(
+                "SESSION_ALREADY_EXISTS", f"child id {child_id!r} is the parent's"
+            )
+        await self._refuse_existing(child_id)
+        lease = self._claim(child_id)
+        try:
+            await self.store.fork(session_id, boundary, child_id)
+            meta, events = await self.store.load(child_id, lease=lease)
+            child = Session.from_events(child_id, events, meta)
+        except BaseException:
+            lease.release()
+            raise
+        return await self._start(child, options, provider, lease, "fork")
+
+    async def _refuse_existing(self, child_id: str) -> None:
+        if child_id in self._loops or await self.store.exists(child_id):
+            raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
 
     def _refuse_closing(self) -> None:
         if self._closing:
