@@ -931,3 +931,82 @@ async def test_compaction_keeps_pairs_when_a_provider_reuses_call_ids(retain: in
     for request in provider.requests:
         assert_wire_valid(request.history)
     assert_wire_valid(session.derive_messages())
+
+
+# ---------------------------------------------------------------- configuration and resume
+
+
+async def test_a_resumed_compacted_session_is_measured_by_its_current_surface(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:{tmp_path / 'r.db'}"
+    prefix = prefix_message(1200)
+    opts = options(retain_tokens=100)
+    async with open_runtime(Model([answer(i) for i in range(1, 4)]), store=url) as rt:
+        rt.on("agent/session-prefix", prefix_listener(prefix))
+        agent = await rt.spawn(opts)
+        for index in range(1, 4):
+            await agent.send(turn_text(index))
+        assert len(of_type(agent.session, "compaction/summary")) == 1
+        session_id = agent.id
+    provider = Model([answer(4)])
+    async with open_runtime(provider, store=url) as rt:
+        rt.on("agent/session-prefix", prefix_listener(prefix))
+        agent = await rt.resume(session_id, opts)
+        session = agent.session
+        fixed = fixed_part_tokens(SYSTEM, (), (prefix,))
+        appended = sum(
+            estimate_message(message)
+            for message in (project(e) for e in session.events if e.surface_op is not None)
+            if message is not None
+        )
+        live = fixed + estimate_messages(session.derive_messages())
+        assert agent._loop.meter.total(SYSTEM, (), (prefix,)) == live
+        new = estimate_message(Message.user(turn_text(4)))
+        assert live + new <= 0.8 * WINDOW < fixed + appended + new
+        assert (await agent.send(turn_text(4))).reason == "completed"
+    assert len(of_type(session, "compaction/start")) == 1  # nothing new after the resume
+    assert provider.summary_requests == []
+
+
+async def test_summary_model_and_max_tokens_and_the_recorded_summary() -> None:
+    usage = TokenUsage(input=50, output=7, cache_read=900)
+    provider = Model([answer(1), answer(2)], [reply("short", usage)])
+    async with open_runtime(provider) as rt:
+        rt.on("agent/session-prefix", prefix_listener(BIG_PREFIX))
+        opts = options(retain_tokens=100, summary_model="small-model", summary_max_tokens=512)
+        agent = await rt.spawn(opts)
+        await agent.send(turn_text(1))
+        await agent.send(turn_text(2))
+        session = agent.session
+    [request] = provider.summary_requests
+    assert request.config.model == "small-model" and request.config.max_tokens == 512
+    [summary] = of_type(session, "compaction/summary")
+    data = summary.data
+    assert isinstance(data, CompactionSummary)
+    assert (data.summary, data.provider, data.model, data.max_tokens, data.usage) == (
+        "short",
+        "scripted",
+        "small-model",
+        512,
+        usage,
+    )
+    # the loop's own requests keep the agent's model
+    assert {r.config.model for r in provider.loop_requests} == {"m"}
+
+
+@pytest.mark.parametrize(
+    ("option", "provider_window", "compacts"),
+    [(None, WINDOW, True), (None, None, False), (WINDOW, 100_000, True), (100_000, WINDOW, False)],
+)
+async def test_context_window_from_options_wins_over_model_info(
+    option: int | None, provider_window: int | None, compacts: bool
+) -> None:
+    provider = Model([answer(1), answer(2)])
+    provider._context_window = provider_window
+    async with open_runtime(provider) as rt:
+        rt.on("agent/session-prefix", prefix_listener(BIG_PREFIX))
+        agent = await rt.spawn(options(window=option, retain_tokens=100))
+        await agent.send(turn_text(1))
+        await agent.send(turn_text(2))
+        assert bool(of_type(agent.session, "compaction/summary")) is compacts
