@@ -279,6 +279,8 @@ def summarise(quick: bool, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             entry["table"] = markdown.name
         if problem:
             entry["note"] = problem
+        elif run and run["status"] in ("skipped", "failed"):
+            entry["note"] = f"{run['status']} in this run: figures from an earlier run"
         benchmarks[module] = entry
     for module in MODULES:
         if module not in benchmarks and importlib.util.find_spec(f"benchmarks.{module}") is None:

@@ -625,22 +625,31 @@ def _best(action: Callable[[], object], reps: int, *, collect: bool = False) -> 
     return min(times)
 
 
-def _measure(codec: Codec, raw: list[bytes], types: list[str], reps: int) -> dict[str, Any]:
+def _passes(
+    codec: Codec, raw: list[bytes], objects: list[Any]
+) -> tuple[Callable[[], object], Callable[[], object]]:
+    """One decode pass over `raw` and one encode pass over `objects`, as timed callables."""
     decode, encode = codec.decode, codec.encode
+    return (lambda: [decode(item) for item in raw]), (lambda: [encode(obj) for obj in objects])
+
+
+def _measure(codec: Codec, raw: list[bytes], types: list[str], reps: int) -> dict[str, Any]:
     objects = _check(codec, raw)
-    encoded = [encode(obj) for obj in objects]
-    decode_s = _best(lambda: [decode(item) for item in raw], reps)
-    load_s = _best(lambda: [decode(item) for item in raw], reps, collect=True)
-    encode_s = _best(lambda: [encode(obj) for obj in objects], reps)
+    encoded = [codec.encode(obj) for obj in objects]
+    decode_pass, encode_pass = _passes(codec, raw, objects)
+    decode_s = _best(decode_pass, reps)
+    load_s = _best(decode_pass, reps, collect=True)
+    encode_s = _best(encode_pass, reps)
     per_type: dict[str, dict[str, float]] = {}
     groups: dict[str, list[int]] = defaultdict(list)
     for index, kind in enumerate(types):
         groups[kind].append(index)
     for kind, indexes in groups.items():
-        kind_raw = [raw[i] for i in indexes]
-        kind_objects = [objects[i] for i in indexes]
-        kind_decode = _best(lambda r=kind_raw: [decode(item) for item in r], reps)
-        kind_encode = _best(lambda o=kind_objects: [encode(obj) for obj in o], reps)
+        decode_pass, encode_pass = _passes(
+            codec, [raw[i] for i in indexes], [objects[i] for i in indexes]
+        )
+        kind_decode = _best(decode_pass, reps)
+        kind_encode = _best(encode_pass, reps)
         per_type[kind] = {
             "decode_us": round(kind_decode / len(indexes) * 1e6, 3),
             "encode_us": round(kind_encode / len(indexes) * 1e6, 3),

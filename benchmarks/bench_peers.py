@@ -287,13 +287,21 @@ def _langgraph(checkpointer: bool) -> Callable[[int], Trial]:
                 return "canned"
 
             def _generate(
-                self, messages: list[BaseMessage], stop: Any = None, **kwargs: Any
+                self,
+                messages: list[BaseMessage],
+                stop: list[str] | None = None,
+                run_manager: Any = None,
+                **kwargs: Any,
             ) -> ChatResult:
                 trial.seen_last = len(messages)
                 return ChatResult(generations=[ChatGeneration(message=canned.pop(0))])
 
             async def _agenerate(
-                self, messages: list[BaseMessage], stop: Any = None, **kwargs: Any
+                self,
+                messages: list[BaseMessage],
+                stop: list[str] | None = None,
+                run_manager: Any = None,
+                **kwargs: Any,
             ) -> ChatResult:
                 return self._generate(messages, stop)
 
@@ -317,16 +325,17 @@ def _langgraph(checkpointer: bool) -> Callable[[int], Trial]:
         config: Any = {"configurable": {"thread_id": "bench"}}
 
         async def main() -> None:
-            history: list[BaseMessage] = []
+            history: list[Any] = []
+            state: Any
             for turn in range(1, turns + 1):
                 with trial:
                     if checkpointer:
                         state = await app.ainvoke(
-                            {"messages": [HumanMessage(user_text(turn))]}, config
+                            MessagesState(messages=[HumanMessage(user_text(turn))]), config
                         )
                     else:
                         state = await app.ainvoke(
-                            {"messages": [*history, HumanMessage(user_text(turn))]}
+                            MessagesState(messages=[*history, HumanMessage(user_text(turn))])
                         )
                         history = state["messages"]
                 assert state["messages"][-1].content == answer_text(turn)
@@ -559,7 +568,8 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         f"steps per run, history growing by {work['history_entries_per_turn']} entries per "
         "turn and sent in full at every step; fake models answer instantly from canned "
         f"responses. {work['reps']} runs per framework, interleaved, after a warm-up run. "
-        "µs/step = a turn's wall time / 2. *cpu* = process CPU time per step. Ratios are "
+        "µs/step = a turn's wall time / 2. *cpu* = process CPU time per step (close to wall on "
+        "an idle machine; wall well above cpu means other processes held the cores). Ratios are "
         "against actorloop (memory: store) measured in the same run; absolute numbers depend "
         "on the machine (2 shared cores here), ratios much less.",
         "",
