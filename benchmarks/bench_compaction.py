@@ -31,13 +31,18 @@ from actorloop.runtime import (
     AgentOptions,
     CompactionConfig,
     Message,
-    Runtime,
     TokenUsage,
     Tool,
 )
-from actorloop.runtime.events import AssistantMessage, CompactionEnd, CompactionSummary
+from actorloop.runtime.events import (
+    AssistantMessage,
+    CompactionEnd,
+    CompactionSummary,
+    TurnStart,
+)
 from actorloop.runtime.providers.sim import SimMode, SimProvider
 from actorloop.runtime.request import Request
+from actorloop.runtime.runtime import Runtime
 from actorloop.runtime.session import Session
 from actorloop.runtime.tokens import estimate_messages, estimate_system, estimate_tools
 
@@ -139,7 +144,7 @@ def _analyse(session: Session) -> dict[str, Any]:
     turn = 0
     for event in session.events:
         data = event.data
-        if event.type == "turn/start":
+        if isinstance(data, TurnStart):
             turn = data.turn
         if isinstance(data, AssistantMessage) and data.usage is not None:
             loop_usages.append(data.usage)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
@@ -47,7 +47,10 @@ from actorloop.runtime.events import (
     CompactionPrune,
     CompactionStart,
     CompactionSummary,
+    StepStart,
     ToolResultEvent,
+    TurnEnd,
+    TurnEndReason,
     UserMessage,
 )
 from actorloop.runtime.invariants import check_request
@@ -59,6 +62,7 @@ from actorloop.runtime.surface import project
 from actorloop.runtime.tokens import estimate_message, estimate_messages, fixed_part_tokens
 from actorloop.runtime.verify import verify_log
 
+T = TypeVar("T")
 SYSTEM_MARK = "[system-marker]"
 SYSTEM = f"You are terse. {SYSTEM_MARK}"
 PREFIX_MARK = "[prefix-marker]"
@@ -123,11 +127,16 @@ class Model(ScriptedProvider):
             entry = self.summaries.pop(0)
         else:
             entry = reply(f"summary of {len(request.history) - 1} messages")
-        if entry is HANG:
+        chunks: Iterable[StreamChunk]
+        if callable(entry):
+            chunks = entry(request)
+        elif isinstance(entry, Sequence):
+            chunks = entry
+        else:  # HANG: one partial chunk, then wait until cancelled
             yield BlockStart(0, "text")
             yield TextDelta(0, "partial")
             await trio.sleep_forever()
-        chunks = entry(request) if callable(entry) else entry
+            return
         for chunk in chunks:
             await trio.lowlevel.checkpoint()
             yield chunk
@@ -141,6 +150,22 @@ def request_tokens(request: Request) -> int:
 
 def of_type(session: Session, kind: str) -> list[SessionEvent]:
     return [event for event in session.events if event.type == kind]
+
+
+def data_of(session: Session, cls: type[T]) -> list[T]:
+    return [data for data in (event.data for event in session.events) if isinstance(data, cls)]
+
+
+def error_code(event: SessionEvent) -> str | None:
+    data = event.data
+    assert isinstance(data, CompactionEnd) and data.error is not None
+    return data.error.code
+
+
+def last_turn_end(session: Session) -> TurnEndReason:
+    data = session.events[-1].data
+    assert isinstance(data, TurnEnd)
+    return data.reason
 
 
 def snapshot(session: Session) -> tuple[Any, ...]:
@@ -237,7 +262,7 @@ async def test_K1_large_prefix_pushes_a_session_under_threshold_over_it() -> Non
     threshold = 0.8 * WINDOW
     provider, agent, gauges = await _k1_run(with_prefix=True)
     session = agent.session
-    compacted_turns = [event.data.turn for event in of_type(session, "compaction/start")]
+    compacted_turns = [start.turn for start in data_of(session, CompactionStart)]
     assert compacted_turns  # it did compact
     # the surface alone never reaches the threshold; the gate compacts exactly at the
     # pre-steps where system + tools + prefix + surface is over it
@@ -280,7 +305,7 @@ async def test_K2_summarizer_request_is_header_system_tools_then_prefix_region_i
         session = agent.session
         groups = check_transactions(session)
     assert len(groups) == len(provider.summary_requests) == len(seen) >= 2
-    summaries = of_type(session, "compaction/summary")
+    summaries = data_of(session, CompactionSummary)
     for request, (before, header), summary in zip(
         provider.summary_requests, seen, summaries, strict=True
     ):
@@ -294,7 +319,7 @@ async def test_K2_summarizer_request_is_header_system_tools_then_prefix_region_i
         assert request.messages[-1] == Message.user(INSTRUCTION)
         # the region is the head of the surface as it was at compaction/start
         assert region == before[: len(region)]
-        shadowed = summary.data.shadowed_seqs
+        shadowed = summary.shadowed_seqs
         assert region == tuple(
             m for m in (project(session.event(seq)) for seq in shadowed) if m is not None
         )
@@ -388,8 +413,8 @@ async def test_prefix_and_system_never_enter_the_surface_or_a_summary_region() -
                 assert mark not in texts_of([project(event)])
         for request in provider.summary_requests:
             assert mark not in texts_of(request.messages[request.prefix_length : -1])
-        for summary in of_type(session, "compaction/summary"):
-            shadowed = [project(session.event(seq)) for seq in summary.data.shadowed_seqs]
+        for summary in data_of(session, CompactionSummary):
+            shadowed = [project(session.event(seq)) for seq in summary.shadowed_seqs]
             assert mark not in texts_of(shadowed)
         assert mark not in texts_of(session.derive_messages())
     for request in provider.requests:
@@ -520,8 +545,7 @@ async def test_cancellation_at_any_point_leaves_one_error_end_and_the_surface(ho
     assert len(provider.loop_requests) == 1
     kinds = types_of(session.events)
     assert kinds[-2:] == ["compaction/end", "turn/end"]
-    turn_end = session.events[-1].data
-    assert turn_end.reason.kind == result.reason
+    assert last_turn_end(session).kind == result.reason
 
 
 async def test_a_cancel_made_by_a_pre_step_listener_starts_no_compaction() -> None:
@@ -561,7 +585,10 @@ async def test_after_a_cancelled_compaction_the_next_turn_compacts() -> None:
         assert (await agent.send(turn_text(3))).reason == "completed"
         groups = check_transactions(agent.session)
         ends = [events[-1].data for events in groups.values()]
-        assert [end.error is None for end in ends] == [False, True]
+        assert [isinstance(end, CompactionEnd) and end.error is None for end in ends] == [
+            False,
+            True,
+        ]
         assert agent.session.replace_generation == 1
         assert rt.invariant_checks == 2
 
@@ -628,7 +655,7 @@ async def test_summarizer_failures_fail_closed_and_the_turn_continues(case: str)
     # the turn went on with the unchanged surface
     assert len(provider.loop_requests) == 2
     assert provider.loop_requests[1].history == at_start[0][2]
-    assert session.events[-1].data.reason.kind == "completed"
+    assert last_turn_end(session).kind == "completed"
 
 
 async def test_failed_attempts_are_retried_up_to_compaction_retries_then_the_turn_goes_on(
@@ -642,7 +669,7 @@ async def test_failed_attempts_are_retried_up_to_compaction_retries_then_the_tur
         assert (await agent.send(turn_text(2))).reason == "completed"
         groups = check_transactions(agent.session)
     assert len(groups) == 2 and len(provider.summary_requests) == 2
-    assert all(events[-1].data.error.code == "SUMMARY_EMPTY" for events in groups.values())
+    assert all(error_code(events[-1]) == "SUMMARY_EMPTY" for events in groups.values())
     assert "still over" in caplog.text
 
 
@@ -669,7 +696,7 @@ async def test_overflow_compacts_everything_and_retries_in_a_new_step() -> None:
     # retain 0: the whole surface, the new user message included, is summarized
     assert provider.summary_requests[0].history[:-1] == (*before, Message.user(turn_text(3)))
     assert session.replace_generation == 1
-    steps = [(e.data.turn, e.data.step) for e in of_type(session, "step/start")]
+    steps = [(start.turn, start.step) for start in data_of(session, StepStart)]
     assert steps[-2:] == [(3, 1), (3, 2)]
     retried = provider.loop_requests[-1]
     assert retried.history == (Message.user(frame_summary("all so far")),)
@@ -685,10 +712,9 @@ async def test_overflow_without_a_successful_compaction_ends_the_turn_with_the_e
         result = await agent.send(turn_text(2))
         session = agent.session
     assert result.reason == "error"
-    turn_end = session.events[-1].data
-    assert turn_end.reason.code == "CONTEXT_WINDOW_EXCEEDED"
+    assert last_turn_end(session).code == "CONTEXT_WINDOW_EXCEEDED"
     [events] = check_transactions(session).values()
-    assert events[-1].data.error.code == "SUMMARY_EMPTY"
+    assert error_code(events[-1]) == "SUMMARY_EMPTY"
     assert session.replace_generation == 0
     assert len(provider.loop_requests) == 2
 
@@ -829,9 +855,15 @@ async def test_pruner_shortens_big_tool_results_in_place() -> None:
     )
     assert session.surface.index(replaced.seq) == surfaces[0].index(old_seq)
     # the 8192-character result was not over the limit
-    [exact_result] = [e for e in of_type(session, "tool/result") if e.data.call_id == "c2"]
-    assert exact_result.seq in session.surface
-    assert exact_result.data.content == (Text(exact),)
+    [exact_seq] = [
+        e.seq
+        for e in session.events
+        if isinstance(e.data, ToolResultEvent) and e.data.call_id == "c2"
+    ]
+    assert exact_seq in session.surface
+    exact_result = session.event(exact_seq).data
+    assert isinstance(exact_result, ToolResultEvent)
+    assert exact_result.content == (Text(exact),)
     # pruning got the session under the threshold: no summary was needed
     assert of_type(session, "compaction/start") == []
     assert provider.summary_requests == []

@@ -20,8 +20,11 @@ from actorloop.runtime.events import (
     RequestHeaderEvent,
     SessionEvent,
     StepEnd,
+    StepStart,
+    Trigger,
     TurnEnd,
     TurnEndReason,
+    TurnStart,
     UserMessage,
 )
 from actorloop.runtime.header import EpochHeader, LlmCallConfig, ToolSchema
@@ -170,9 +173,9 @@ def test_the_anchor_belongs_to_the_header_its_request_was_sent_with() -> None:
     session = _session_with_answer(TokenUsage(input=5000, output=10))
     later = EpochHeader(LlmCallConfig("m"), SYSTEM, TOOLS, (*PREFIX, Message.user("x" * 800)))
     session.append("turn/end", TurnEnd(1, TurnEndReason("completed")))
-    session.append("turn/start", attrs.evolve(session.event(0).data, turn=2))
+    session.append("turn/start", TurnStart(2, Trigger("message", USER)))
     session.append("user/message", UserMessage((Text("again"),), USER), surface_op=APPEND)
-    session.append("step/start", attrs.evolve(session.event(2).data, turn=2, step=1))
+    session.append("step/start", StepStart(2, 1))
     session.append("request/header", RequestHeaderEvent(later, "fallback"))
     session.append("step/end", StepEnd(2, 1))
     fresh = TokenMeter(session)
