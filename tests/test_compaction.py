@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -57,6 +58,7 @@ from actorloop.runtime.invariants import check_request
 from actorloop.runtime.messages import ToolCall, ToolResult
 from actorloop.runtime.providers.scripted import ScriptEntry
 from actorloop.runtime.request import Request
+from actorloop.runtime.runtime import Runtime
 from actorloop.runtime.stores.base import open_store
 from actorloop.runtime.surface import project
 from actorloop.runtime.tokens import estimate_message, estimate_messages, fixed_part_tokens
@@ -1042,3 +1044,26 @@ async def test_context_window_from_options_wins_over_model_info(
         await agent.send(turn_text(1))
         await agent.send(turn_text(2))
         assert bool(of_type(agent.session, "compaction/summary")) is compacts
+
+
+async def test_one_agents_slow_summary_does_not_delay_another_agents_compaction() -> None:
+    slow = Model([answer(1)], [HANG])
+    fast = Model([answer(1), answer(2)])
+    slow.name, fast.name = "slow", "fast"
+    async with Runtime.open(providers={"slow": slow, "fast": fast}, dev_invariants=True) as rt:
+        rt.on("agent/session-prefix", prefix_listener(BIG_PREFIX))
+        stuck = await rt.spawn(attrs.evolve(options(retain_tokens=100), provider="slow"))
+        quick = await rt.spawn(attrs.evolve(options(retain_tokens=100), provider="fast"))
+        await stuck.send(turn_text(1))
+        await quick.send(turn_text(1))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stuck.send, turn_text(2))
+            await wait_until(lambda: len(slow.summary_requests) == 1)
+            with trio.fail_after(5):
+                assert (await quick.send(turn_text(2))).reason == "completed"
+            assert quick.session.replace_generation == 1
+            assert stuck.status == "running"
+            stuck.cancel()
+        assert stuck.session.replace_generation == 0
+        check_transactions(stuck.session)
+        check_transactions(quick.session)
