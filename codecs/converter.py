@@ -11,6 +11,8 @@ from typing import Any, get_args, get_origin
 
 import cattrs
 import orjson
+from cattrs.strategies import configure_tagged_union
+
 from actorloop.codecs.jsonvalue import (
     MAX_SAFE_INT,
     FrozenDict,
@@ -41,7 +43,6 @@ from actorloop.runtime.events import (
 )
 from actorloop.runtime.header import EpochHeader
 from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall, ToolResult
-from cattrs.strategies import configure_tagged_union
 
 BLOCK_TAGS: dict[type, str] = {
     Text: "text",

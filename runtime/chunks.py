@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal, TypeAlias
 
-from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall
 from attrs import frozen
+
+from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall
 
 BlockKind: TypeAlias = Literal["text", "reasoning", "tool_call"]
 FinishKind: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "error"]

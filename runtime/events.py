@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Literal, TypeAlias
 
+from attrs import field, frozen
+
 from actorloop.codecs.jsonvalue import FrozenDict, freeze_object
 from actorloop.runtime.chunks import ErrorInfo, StreamChunk, TokenUsage
 from actorloop.runtime.header import EpochHeader, HeaderDelta
 from actorloop.runtime.messages import Content, Source, Text
-from attrs import field, frozen
 
 
 @frozen

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from attrs import field, frozen
+
 from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_object
 from actorloop.runtime.messages import Message
-from attrs import field, frozen
 
 
 def _stop_tuple(value: object) -> tuple[str, ...] | None:

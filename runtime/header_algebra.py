@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from attrs import evolve
+
 from actorloop.codecs.converter import canonical_bytes
 from actorloop.runtime.errors import HeaderFoldError
 from actorloop.runtime.events import RequestHeaderEvent, SessionEvent
@@ -14,7 +16,6 @@ from actorloop.runtime.header import (
     ToolSchema,
     ToolsDelta,
 )
-from attrs import evolve
 
 
 class ToolOrderError(ValueError):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 
+from attrs import frozen
+
 from actorloop.codecs.converter import canonical_bytes
 from actorloop.runtime.header import EpochHeader, LlmCallConfig, ToolSchema
 from actorloop.runtime.messages import Message
 from actorloop.runtime.surface import chain_of
-from attrs import frozen
 
 
 @frozen

@@ -12,6 +12,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from attrs import field, frozen
+
 from actorloop.codecs.converter import structure_as, unstructure
 from actorloop.codecs.jsonvalue import (
     EMPTY_OBJECT,
@@ -44,7 +46,6 @@ from actorloop.runtime.header_algebra import HeaderFold
 from actorloop.runtime.messages import Message
 from actorloop.runtime.structure import TurnStructure
 from actorloop.runtime.surface import SurfaceFold
-from attrs import field, frozen
 
 log = logging.getLogger("actorloop.session")
 

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from attrs import define, field
+
 from actorloop.runtime.errors import SessionValidationError
 from actorloop.runtime.events import (
     AssistantChunk,
@@ -22,7 +24,6 @@ from actorloop.runtime.events import (
     TurnEnd,
     TurnStart,
 )
-from attrs import define, field
 
 SYNTHETIC_RESULT_CODES = frozenset({"TOOL_NOT_STARTED"})
 """Results that may stand without a logged `tool/call` (written only by crash repair)."""

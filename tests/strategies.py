@@ -25,6 +25,8 @@ from functools import cache
 from typing import Any
 
 import orjson
+from hypothesis import strategies as st
+
 from actorloop.codecs.jsonvalue import MAX_SAFE_INT, FrozenDict, freeze_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -84,7 +86,6 @@ from actorloop.runtime.messages import (
     ToolCall,
     ToolResult,
 )
-from hypothesis import strategies as st
 
 BASE_TIME = 1_700_000_000_000
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 import pytest
+
 from actorloop.runtime.chunks import (
     BlockEnd,
     BlockStart,

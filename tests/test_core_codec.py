@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
+from strategies import HEADER, LogBuilder
+
 from actorloop.codecs.converter import (
     canonical_bytes,
     decode_event,
@@ -42,7 +44,6 @@ from actorloop.runtime.header import (
 )
 from actorloop.runtime.messages import USER, Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.session import Session
-from strategies import HEADER, LogBuilder
 
 
 def encoded(event: SessionEvent) -> dict[str, Any]:

@@ -4,12 +4,13 @@ structural sharing of the seed, and isolation from later parent appends."""
 from __future__ import annotations
 
 import pytest
+from strategies import HEADER, LogBuilder
+
 from actorloop.codecs.jsonvalue import freeze_object
 from actorloop.runtime.errors import SessionForkError
 from actorloop.runtime.events import IgnorableData, SessionEvent
 from actorloop.runtime.messages import Message
 from actorloop.runtime.session import Session
-from strategies import HEADER, LogBuilder
 
 
 def three_turns(open_last: bool = True) -> tuple[Session, LogBuilder, list[int]]:

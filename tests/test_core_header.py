@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from strategies import LogBuilder
+
 from actorloop.codecs.converter import canonical_bytes, structure_as, unstructure
 from actorloop.runtime.errors import HeaderFoldError, SessionValidationError
 from actorloop.runtime.events import RequestHeaderEvent, SessionEvent
@@ -32,7 +34,6 @@ from actorloop.runtime.header_algebra import (
 )
 from actorloop.runtime.messages import Message
 from actorloop.runtime.session import Session
-from strategies import LogBuilder
 
 CONFIG = LlmCallConfig("m", temperature=0.5, max_tokens=100, stop=("a", "b"))
 A, B, C = ToolSchema("a", "A"), ToolSchema("b", "B"), ToolSchema("c", "C")

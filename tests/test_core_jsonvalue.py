@@ -10,6 +10,10 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import json_values
+
 from actorloop.codecs.jsonvalue import (
     EMPTY_OBJECT,
     MAX_SAFE_INT,
@@ -21,9 +25,6 @@ from actorloop.codecs.jsonvalue import (
     loads_json,
     thaw_json,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from strategies import json_values
 
 
 class Opaque:

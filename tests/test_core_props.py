@@ -8,17 +8,6 @@ from typing import Any
 import attrs
 import orjson
 import pytest
-from actorloop.codecs.converter import (
-    canonical_bytes,
-    decode_event,
-    encode_event,
-    structure_as,
-)
-from actorloop.runtime.errors import SessionValidationError
-from actorloop.runtime.events import RequestHeaderEvent, SessionEvent, TurnEnd
-from actorloop.runtime.header import EpochHeader, HeaderDelta
-from actorloop.runtime.header_algebra import apply_delta, canonical, diff, fold, headers_equal
-from actorloop.runtime.session import Session
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import (
@@ -33,6 +22,18 @@ from strategies import (
     surface_ops,
     valid_logs,
 )
+
+from actorloop.codecs.converter import (
+    canonical_bytes,
+    decode_event,
+    encode_event,
+    structure_as,
+)
+from actorloop.runtime.errors import SessionValidationError
+from actorloop.runtime.events import RequestHeaderEvent, SessionEvent, TurnEnd
+from actorloop.runtime.header import EpochHeader, HeaderDelta
+from actorloop.runtime.header_algebra import apply_delta, canonical, diff, fold, headers_equal
+from actorloop.runtime.session import Session
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CODEC = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

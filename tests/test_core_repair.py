@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from strategies import LogBuilder, build_log, programs
+
 from actorloop.runtime.events import (
     APPEND,
     AssistantMessage,
@@ -15,8 +18,6 @@ from actorloop.runtime.events import (
 from actorloop.runtime.messages import Text, ToolCall, ToolResult
 from actorloop.runtime.repair import closers
 from actorloop.runtime.session import Session
-from hypothesis import given, settings
-from strategies import LogBuilder, build_log, programs
 
 
 def crashed_mid_tools() -> tuple[LogBuilder, dict[str, int]]:

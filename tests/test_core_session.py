@@ -9,6 +9,8 @@ from typing import Any
 
 import attrs
 import pytest
+from strategies import HEADER, LogBuilder, build_log
+
 from actorloop.codecs.jsonvalue import JsonValueError, freeze_object
 from actorloop.runtime.chunks import TextDelta
 from actorloop.runtime.errors import SessionValidationError
@@ -38,7 +40,6 @@ from actorloop.runtime.events import (
 from actorloop.runtime.header import LlmCallConfig, ToolsDelta
 from actorloop.runtime.messages import USER, Message, Text, ToolCall
 from actorloop.runtime.session import Session
-from strategies import HEADER, LogBuilder, build_log
 
 T0 = 1_700_000_000_000
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 import pytest
+from strategies import HEADER, LogBuilder
+
 from actorloop.runtime.errors import SessionValidationError
 from actorloop.runtime.events import (
     APPEND,
@@ -31,7 +33,6 @@ from actorloop.runtime.messages import (
 from actorloop.runtime.request import digest_of, request_digest
 from actorloop.runtime.session import Session
 from actorloop.runtime.surface import chain_of
-from strategies import HEADER, LogBuilder
 
 
 def replay(session: Session) -> tuple[Message, ...]:
