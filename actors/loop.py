@@ -9,6 +9,8 @@ from typing import Any, Literal, Protocol
 
 import orjson
 import trio
+from attrs import define, evolve, field
+
 from actorloop.codecs.converter import structure_as, unstructure
 from actorloop.codecs.jsonvalue import freeze_json, freeze_object
 from actorloop.runtime.agent import Agent, AgentStatus
@@ -71,7 +73,6 @@ from actorloop.runtime.seams import (
 from actorloop.runtime.session import Session
 from actorloop.runtime.surface import chain_of
 from actorloop.runtime.tokens import TokenMeter
-from attrs import define, evolve, field
 
 log = logging.getLogger("actorloop.loop")
 
