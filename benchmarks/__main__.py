@@ -184,9 +184,9 @@ def _peers(report: dict[str, Any]) -> Headlines:
                 "growth_late_vs_early"
             ]
             if name != "actorloop":
-                out[f"{name}: × actorloop over {long['turns']} turns"] = long_row[
+                out[f"{name}: × actorloop over {long['turns']} turns (cpu)"] = long_row[
                     "ratios_vs_actorloop"
-                ]["mean_us_per_step"]
+                ]["cpu_us_per_step"]
     if report.get("missing_peers"):
         out["not installed"] = ", ".join(report["missing_peers"])
     return out
@@ -216,7 +216,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Headlines]] = {
     "peers": _peers,
     "codec_peers": _codec_peers,
 }
-_SKIP_KEYS = {"environment", "versions", "workload", "per_turn_median_us_per_step"}
+_SKIP_KEYS = {"environment", "versions", "workload"}
 
 
 def _generic(report: Any, path: str = "", out: Headlines | None = None) -> Headlines:

@@ -45,7 +45,7 @@ REPS = 10
 QUICK_REPS = 2
 # A longer conversation, fewer repetitions: shows whether per-step cost grows with history.
 LONG_TURNS = 100
-LONG_REPS = 3
+LONG_REPS = 5
 STEPS_PER_TURN = 2
 SYSTEM = "You are terse. Use the echo tool when asked to echo something."
 TOOL_NAME = "echo"
@@ -91,10 +91,10 @@ async def echo(x: str) -> str:
 
 @dataclass
 class Trial:
-    """One repetition: per-turn wall seconds, total CPU seconds, history length seen last."""
+    """One repetition: per-turn wall and CPU seconds, history length seen last."""
 
     wall: list[float] = field(default_factory=list)
-    cpu: float = 0.0
+    cpu: list[float] = field(default_factory=list)
     seen_last: int = 0
 
     def __enter__(self) -> None:
@@ -103,7 +103,7 @@ class Trial:
 
     def __exit__(self, *exc: object) -> None:
         self.wall.append(time.perf_counter() - self._wall_start)
-        self.cpu += time.process_time() - self._cpu_start
+        self.cpu.append(time.process_time() - self._cpu_start)
 
 
 @dataclass(frozen=True)
@@ -438,8 +438,14 @@ def _slope(values: Sequence[float]) -> float:
 def _summarise(trials: list[Trial], turns: int) -> dict[str, Any]:
     steps = STEPS_PER_TURN * turns * len(trials)
     samples = [_us_per_step(wall) for trial in trials for wall in trial.wall]
-    per_turn = [
+    per_turn_wall = [
         statistics.median(_us_per_step(trial.wall[index]) for trial in trials)
+        for index in range(turns)
+    ]
+    # Growth is read from CPU time: on shared cores a burst of other work inflates a few
+    # turns' wall time, which a median over few runs does not always absorb.
+    per_turn = [
+        statistics.median(_us_per_step(trial.cpu[index]) for trial in trials)
         for index in range(turns)
     ]
     # Turn 1 carries one-off work (actorloop's header snapshot, peers' first-run caches):
@@ -455,9 +461,10 @@ def _summarise(trials: list[Trial], turns: int) -> dict[str, Any]:
         "best_rep_us_per_step": round(
             min(sum(t.wall) for t in trials) / (STEPS_PER_TURN * turns) * 1e6, 1
         ),
-        "cpu_us_per_step": round(sum(t.cpu for t in trials) / steps * 1e6, 1),
+        "cpu_us_per_step": round(sum(sum(t.cpu) for t in trials) / steps * 1e6, 1),
         "history_entries_seen_at_last_step": trials[-1].seen_last,
-        "per_turn_median_us_per_step": [round(value, 1) for value in per_turn],
+        "per_turn_median_wall_us_per_step": [round(value, 1) for value in per_turn_wall],
+        "per_turn_median_cpu_us_per_step": [round(value, 1) for value in per_turn],
         "growth_window_turns": window,
         "early_us_per_step": round(early, 1),
         "late_us_per_step": round(late, 1),
@@ -544,7 +551,7 @@ def _growth_rows(results: dict[str, dict[str, Any]], turns: int) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in results.items():
-        per_turn = row["per_turn_median_us_per_step"]
+        per_turn = row["per_turn_median_cpu_us_per_step"]
         lines.append(
             f"| {name} | {per_turn[0]:,.0f} | {per_turn[1]:,.0f} | {per_turn[middle - 1]:,.0f} | "
             f"{per_turn[-1]:,.0f} | {row['growth_late_vs_early']:.2f} | "
@@ -556,6 +563,7 @@ def _growth_rows(results: dict[str, dict[str, Any]], turns: int) -> list[str]:
 def to_markdown(report: dict[str, Any], command: str) -> str:
     env = report["environment"]
     work = report["workload"]
+    window = next(iter(report["results"].values()))["growth_window_turns"]
     versions = ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v)
     lines = [
         "# Framework overhead per model step: actorloop and peers",
@@ -604,10 +612,10 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         "",
         f"## Growth of per-step cost with history, turns 1 → {work['turns']}",
         "",
-        "Median over runs of each turn's µs/step. *late / early* = median of the last "
-        f"{next(iter(report['results'].values()))['growth_window_turns']} turns over turns "
-        "2 onward (turn 1 carries one-off work); *slope* = least-squares µs/step added per "
-        "turn, turns 2 onward.",
+        "Median over runs of each turn's CPU µs/step (CPU time, so that other work on the "
+        f"shared cores does not show as growth). *late / early* = median of the last {window} "
+        f"turns ÷ median of turns 2–{window + 1} (turn 1 carries one-off work); *slope* = "
+        "least-squares µs/step added per turn, turns 2 onward.",
         "",
         *_growth_rows(report["results"], work["turns"]),
     ]
@@ -619,12 +627,16 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
             "",
             *_growth_rows(long["results"], long["turns"]),
             "",
-            "| framework | mean µs/step | mean ratio |",
-            "|---|---:|---:|",
+            "| framework | mean µs/step | cpu µs/step | mean ratio | cpu ratio |",
+            "|---|---:|---:|---:|---:|",
         ]
         for name, row in long["results"].items():
-            ratio = row.get("ratios_vs_actorloop", {}).get("mean_us_per_step", float("nan"))
-            lines.append(f"| {name} | {row['mean_us_per_step']:,.0f} | {ratio:.2f} |")
+            ratios = row.get("ratios_vs_actorloop", {})
+            lines.append(
+                f"| {name} | {row['mean_us_per_step']:,.0f} | {row['cpu_us_per_step']:,.0f} | "
+                f"{ratios.get('mean_us_per_step', float('nan')):.2f} | "
+                f"{ratios.get('cpu_us_per_step', float('nan')):.2f} |"
+            )
     lines += ["", "## What each framework does per step", ""]
     for name, info in report["peers"].items():
         lines.append(f"* **{name}** — {info['per_step']}.")
