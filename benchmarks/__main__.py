@@ -86,10 +86,13 @@ def run_module(name: str, quick: bool) -> dict[str, Any]:
             argv = sys.argv
             sys.argv = [f"benchmarks.{name}", *flags]
             try:
-                entry()
+                returned = entry()
             finally:
                 sys.argv = argv
             how = "main()"
+            # A main() that returns an exit status reports failure the way a process would.
+            if isinstance(returned, int) and not isinstance(returned, bool) and returned != 0:
+                raise RuntimeError(f"main() returned {returned}")
     except (Exception, SystemExit) as error:
         traceback.print_exc()
         return {
@@ -133,6 +136,18 @@ def _store(report: dict[str, Any]) -> Headlines:
         label = f"fork ms ({row['store']}, parent of {row['parent_events']:,} events)"
         out[label] = round(row["seconds"] * 1e3, 3)
     return out
+
+
+def _loop(report: dict[str, Any]) -> Headlines:
+    # The loop report puts its headline figures at the top level.
+    figures = {
+        key.replace("_", " "): value
+        for key, value in report.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+    if not figures:
+        raise KeyError("no top-level figures")
+    return figures
 
 
 def _runtime(report: dict[str, Any]) -> Headlines:
@@ -210,6 +225,7 @@ def _codec_peers(report: dict[str, Any]) -> Headlines:
 EXTRACTORS: dict[str, Callable[[dict[str, Any]], Headlines]] = {
     "session": _session,
     "store": _store,
+    "loop": _loop,
     "runtime": _runtime,
     "cache": _cache,
     "compaction": _compaction,
