@@ -24,12 +24,13 @@ from typing import Any
 
 import trio
 import trio.testing
+from attrs import frozen
+
 from actorloop.runtime.chunks import TextDelta, TokenUsage, UsageReport
 from actorloop.runtime.header import LlmCallConfig, ToolSchema
 from actorloop.runtime.messages import Message
 from actorloop.runtime.providers.sim import SimMode, SimProvider
 from actorloop.runtime.request import Request
-from attrs import frozen
 
 TURNS = 50
 PREFIX_TOKENS = 4_000

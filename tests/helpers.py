@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
+
 from actorloop.runtime import Runtime
 from actorloop.runtime.providers.base import Provider
 

@@ -9,6 +9,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from helpers import open_runtime, types_of, wait_until
+
 from actorloop.runtime import (
     HANG,
     AgentOptions,
@@ -26,7 +28,6 @@ from actorloop.runtime import (
     tool_calls,
 )
 from actorloop.runtime.events import ContextMessage
-from helpers import open_runtime, types_of, wait_until
 
 OPTIONS = AgentOptions(model="m", system="You are terse.")
 

@@ -7,13 +7,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sse_server import SseServer, anthropic_stream, openai_stream
+
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime import AgentOptions, Message, Runtime, TokenUsage, Tool, ToolContext
 from actorloop.runtime.providers.anthropic import AnthropicProvider
 from actorloop.runtime.providers.openai import OpenAIChatProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.providers.sim import SimProvider
-from sse_server import SseServer, anthropic_stream, openai_stream
 
 KEY = "sk-test-loop-key-0003"
 OPENER = Message.user("skill catalogue: A, B, C")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from actorloop.runtime.providers.anthropic import AnthropicProvider
 from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
 from actorloop.runtime.providers.registry import ProviderSpecError, provider_from_spec

@@ -9,6 +9,8 @@ import traceback
 from collections.abc import Callable, Iterator
 
 import pytest
+from sse_server import Reply, SseServer, anthropic_stream, json_reply, openai_stream
+
 from actorloop.runtime.errors import ProviderError
 from actorloop.runtime.header import LlmCallConfig
 from actorloop.runtime.messages import Message
@@ -17,7 +19,6 @@ from actorloop.runtime.providers.http import ApiKey, HttpSseProvider
 from actorloop.runtime.providers.openai import OpenAIChatProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.request import Request
-from sse_server import Reply, SseServer, anthropic_stream, json_reply, openai_stream
 
 KEY = "sk-live-SECRET-9f8e7d6c5b4a3210"
 REQUEST = Request("s", LlmCallConfig("m"), "sys", (), (Message.user("hi"),))

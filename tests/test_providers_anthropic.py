@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, anthropic_stream, json_reply
+
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -26,7 +28,6 @@ from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolR
 from actorloop.runtime.providers.anthropic import AnthropicProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.request import Request
-from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, anthropic_stream, json_reply
 
 KEY = "sk-ant-test-key-0002"
 EPHEMERAL = {"type": "ephemeral"}

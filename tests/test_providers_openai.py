@@ -9,6 +9,8 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, json_reply, openai_stream
+
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -29,7 +31,6 @@ from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolR
 from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.request import Request
-from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, json_reply, openai_stream
 
 KEY = "sk-test-openai-key-0001"
 TOOLS = (

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import trio
+
 from actorloop.runtime.chunks import (
     BlockEnd,
     BlockStart,

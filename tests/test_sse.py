@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from actorloop.runtime.providers.sse import SseDecoder, SseEvent
 
 STREAM = (

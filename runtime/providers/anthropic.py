@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import orjson
 import trio
+
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,

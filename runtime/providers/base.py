@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
+from attrs import frozen
+
 from actorloop.runtime.chunks import StreamChunk
 from actorloop.runtime.request import Request
-from attrs import frozen
 
 
 @frozen

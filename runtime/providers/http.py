@@ -13,6 +13,8 @@ import attrs
 import httpx
 import orjson
 import trio
+from attrs import frozen
+
 from actorloop.runtime.errors import ProviderError
 from actorloop.runtime.header import ToolSchema
 from actorloop.runtime.providers.base import ModelInfo
@@ -26,7 +28,6 @@ from actorloop.runtime.providers.retry import (
     TransientProviderError,
 )
 from actorloop.runtime.providers.sse import SseDecoder, SseEvent
-from attrs import frozen
 
 log = logging.getLogger("actorloop.providers")
 

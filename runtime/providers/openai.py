@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import httpx
 import trio
+
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,

@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import trio
-from actorloop.runtime.errors import ProviderError
 from attrs import field, frozen
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
+
+from actorloop.runtime.errors import ProviderError
 
 log = logging.getLogger("actorloop.providers")
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
 import trio
+
 from actorloop.runtime.chunks import (
     BlockEnd,
     BlockStart,

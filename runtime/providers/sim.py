@@ -29,6 +29,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 import trio
+from attrs import frozen
+
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -47,7 +49,6 @@ from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.providers.openai import openai_body
 from actorloop.runtime.providers.retry import CONTEXT_WINDOW_EXCEEDED
 from actorloop.runtime.request import Request
-from attrs import frozen
 
 SimMode: TypeAlias = Literal["anthropic", "openai"]
 ToolPolicy: TypeAlias = Callable[[Request], Sequence[tuple[str, Mapping[str, Any]]]]
