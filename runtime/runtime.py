@@ -248,12 +248,14 @@ class Runtime:
         if options is None:
             raise ValueError("options are required to fork a session that is not live")
         provider = self.provider_for(options)
+        child: Session | None = None
         if boundary is None:
-            # The default boundary is the last event: that needs the whole (repaired) log.
+            # The default boundary is the last event: that needs the whole (repaired) log,
+            # which then seeds the child in memory (shared, not read twice).
             meta, events = await self.store.load(session_id)
-            planned = Session.from_events(session_id, events, meta).fork(None, child_id)
-            assert planned.meta.seed_length is not None
-            boundary, child_id = planned.meta.seed_length - 1, planned.id
+            child = Session.from_events(session_id, events, meta).fork(None, child_id)
+            assert child.meta.seed_length is not None
+            boundary, child_id = child.meta.seed_length - 1, child.id
         child_id = child_id or new_session_id()
         if child_id == session_id:
             raise SessionForkError(
@@ -263,8 +265,9 @@ class Runtime:
         lease = self._claim(child_id)
         try:
             await self.store.fork(session_id, boundary, child_id)
-            meta, events = await self.store.load(child_id, lease=lease)
-            child = Session.from_events(child_id, events, meta)
+            if child is None:
+                meta, events = await self.store.load(child_id, lease=lease)
+                child = Session.from_events(child_id, events, meta)
         except BaseException:
             lease.release()
             raise
