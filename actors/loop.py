@@ -15,7 +15,7 @@ from actorloop.codecs.converter import structure_as, unstructure
 from actorloop.codecs.jsonvalue import freeze_json, freeze_object
 from actorloop.runtime.agent import Agent, AgentStatus
 from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo
-from actorloop.runtime.errors import AgentClosed, InboxFull, ProviderError
+from actorloop.runtime.errors import ActorStopped, AgentClosed, InboxFull, ProviderError
 from actorloop.runtime.events import (
     APPEND,
     AssistantChunk,
@@ -46,6 +46,7 @@ from actorloop.runtime.hooks import (
     run_serial,
     run_waterfall,
 )
+from actorloop.runtime.kernel import ActorRef
 from actorloop.runtime.messages import (
     Content,
     Message,
@@ -186,9 +187,12 @@ class LoopActor:
         self._prefix_chain = b""
         self.logged_header = False
         self._persisted = len(session)
-        self._inbox_send, self._inbox_recv = trio.open_memory_channel[TurnItem](
-            options.inbox_capacity
-        )
+        # The mailbox is the kernel's: the supervisor hands the receive side to `run` and the
+        # runtime attaches the sending ref (and how to stop it) right after spawning.
+        self._mailbox: ActorRef[TurnItem] | None = None
+        self._stop_mailbox: Callable[[], Awaitable[None]] | None = None
+        self._inbox: trio.MemoryReceiveChannel[TurnItem] | None = None
+        self.started = trio.Event()
         self._steering: list[tuple[Content, Source]] = []
         self._turn_scope: trio.CancelScope | None = None
         self._turn_number: int | None = None
@@ -250,7 +254,8 @@ class LoopActor:
             self._discard_queued()
             if self._turn_scope is not None:
                 self._turn_scope.cancel()
-            self._inbox_send.close()
+            if self._stop_mailbox is not None:
+                await self._stop_mailbox()
         await self._finished.wait()
 
     async def wait_idle(self) -> None:
@@ -285,12 +290,23 @@ class LoopActor:
         if self._closed:
             raise AgentClosed(f"agent {self.session.id!r} is {self.status}; it takes no more work")
 
+    def attach(self, mailbox: ActorRef[TurnItem], stop: Callable[[], Awaitable[None]]) -> None:
+        """Wire the kernel mailbox the supervisor created for this actor."""
+        self._mailbox = mailbox
+        self._stop_mailbox = stop
+
+    def _require_mailbox(self) -> ActorRef[TurnItem]:
+        if self._mailbox is None:
+            raise AgentClosed(f"agent {self.session.id!r} was never started")
+        return self._mailbox
+
     async def _submit(self, item: TurnItem) -> TurnResult:
         self._refuse_if_closed()
+        mailbox = self._require_mailbox()
         self._work_added()
         try:
-            await self._inbox_send.send(item)
-        except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
+            await mailbox.tell(item)
+        except ActorStopped as exc:
             self._work_done()
             raise AgentClosed(f"agent {self.session.id!r} is {self.status}") from exc
         except BaseException:
@@ -301,12 +317,16 @@ class LoopActor:
         return item.result
 
     def _enqueue_nowait(self, item: TurnItem) -> None:
+        mailbox = self._require_mailbox()
         self._work_added()
         try:
-            self._inbox_send.send_nowait(item)
-        except trio.WouldBlock as exc:
+            mailbox.tell_nowait(item)
+        except InboxFull as exc:
             self._work_done()
             raise InboxFull(f"inbox of agent {self.session.id!r} is full") from exc
+        except ActorStopped as exc:
+            self._work_done()
+            raise AgentClosed(f"agent {self.session.id!r} is {self.status}") from exc
 
     def _work_added(self) -> None:
         if self._outstanding == 0:
@@ -325,35 +345,39 @@ class LoopActor:
 
     def _discard_queued(self) -> None:
         self._steering.clear()
+        if self._inbox is None:
+            return
         while True:
             try:
-                item = self._inbox_recv.receive_nowait()
+                item = self._inbox.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return
             self._finish_item(item, TurnResult(None, "discarded"))
 
     # ------------------------------------------------------------------ actor body
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The actor's task: one turn per inbox item until disposed.
+    async def run(self, inbox: trio.MemoryReceiveChannel[TurnItem]) -> None:
+        """The actor's body (spawned by the kernel's Supervisor): one turn per inbox item
+        until disposed.
 
-        A crash is contained here (the supervisor's policy): the agent is marked failed and
-        reported; sibling loops keep running and the session stays resumable.
+        A crash marks the agent failed and fires `agent/error` before the exception goes on
+        to the supervisor, which reports and contains it: sibling loops keep running and
+        the session stays resumable.
         """
+        self._inbox = inbox
         self.notify("agent/session-start", self.origin)
-        task_status.started()
+        self.started.set()
         try:
-            async with self._inbox_recv:
-                async for item in self._inbox_recv:
-                    self._current_item = item
-                    await self._run_item(item)
-                    self._current_item = None
+            async for item in inbox:
+                self._current_item = item
+                await self._run_item(item)
+                self._current_item = None
         except Exception as exc:
             self.failure = exc
             self._closed = True
             self._set_status("failed")
-            log.error("loop of session %s failed: %r", self.session.id, exc)
             self.notify("agent/error", exc)
+            raise
         finally:
             self._closed = True
             if self._current_item is not None:

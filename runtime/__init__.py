@@ -31,6 +31,9 @@ from actorloop.runtime.providers.scripted import (
     tool_calls,
 )
 from actorloop.runtime.request import Request
+
+# Last: the runtime module wires the actors, which import the modules above.
+from actorloop.runtime.runtime import Runtime, RuntimeClosed
 from actorloop.runtime.seams import (
     Allow,
     Block,
@@ -45,16 +48,6 @@ from actorloop.runtime.seams import (
     TurnResult,
 )
 from actorloop.runtime.session import Session, SessionMeta
-
-
-def __getattr__(name: str) -> object:
-    # Runtime imports the actors and stores, which import this package: load it on first use.
-    if name == "Runtime":
-        from actorloop.runtime.runtime import Runtime
-
-        return Runtime
-    raise AttributeError(name)
-
 
 __all__ = [
     "HANG",
@@ -83,6 +76,7 @@ __all__ = [
     "Request",
     "RequestFailure",
     "Runtime",
+    "RuntimeClosed",
     "ScriptedProvider",
     "Session",
     "SessionBusy",

@@ -6,8 +6,9 @@ from __future__ import annotations
 import errno
 import logging
 import resource
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -26,6 +27,7 @@ from actorloop.runtime.errors import (
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
 from actorloop.runtime.invariants import InvariantCheckedProvider
+from actorloop.runtime.kernel import Supervisor
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.session import Session, SessionMeta, new_session_id
@@ -49,7 +51,7 @@ class Runtime:
     def __init__(
         self,
         *,
-        nursery: trio.Nursery,
+        supervisor: Supervisor,
         store: Store,
         codec: CodecActor,
         providers: Mapping[str, Provider],
@@ -57,7 +59,7 @@ class Runtime:
         dev_invariants: bool,
         compactor: Compactor | None,
     ) -> None:
-        self._nursery = nursery
+        self._supervisor = supervisor
         self.store = store
         self.codec = codec
         self.dev_invariants = dev_invariants
@@ -99,27 +101,36 @@ class Runtime:
         store_obj = open_store(store) if isinstance(store, str) else store
         if compactor is None and compaction:
             compactor = CompactionActor()
+        codec = CodecActor(store_obj)
         try:
-            async with _plain_errors(), trio.open_nursery() as nursery:
-                codec = CodecActor(store_obj)
-                await nursery.start(codec.run)
-                if isinstance(compactor, CompactionActor):
-                    await nursery.start(compactor.run)
-                runtime = cls(
-                    nursery=nursery,
-                    store=store_obj,
-                    codec=codec,
-                    providers=all_providers,
-                    default_provider=default_name,
-                    dev_invariants=dev_invariants,
-                    compactor=compactor,
-                )
+            async with _plain_errors(), trio.open_nursery() as services:
+                # The store writer outlives an outer cancellation: loops closing their turns
+                # during shutdown still need it; `_shutdown` stops it explicitly.
+                await services.start(_shielded(codec.run))
                 try:
-                    yield runtime
+                    if isinstance(compactor, CompactionActor):
+                        await services.start(compactor.run)
+                    async with Supervisor.open() as supervisor:
+                        runtime = cls(
+                            supervisor=supervisor,
+                            store=store_obj,
+                            codec=codec,
+                            providers=all_providers,
+                            default_provider=default_name,
+                            dev_invariants=dev_invariants,
+                            compactor=compactor,
+                        )
+                        try:
+                            yield runtime
+                        finally:
+                            with trio.CancelScope(shield=True):
+                                await runtime._dispose_all()
                 finally:
                     with trio.CancelScope(shield=True):
-                        await runtime._shutdown()
-                    nursery.cancel_scope.cancel()
+                        await codec.aclose()
+                        for provider in all_providers.values():
+                            await _close_provider(provider)
+                    services.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 await store_obj.close()
@@ -310,7 +321,11 @@ class Runtime:
         )
         self._loops[session.id] = loop
         self._leases[session.id] = lease
-        await self._nursery.start(loop.run)
+        mailbox = self._supervisor.spawn(
+            f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
+        )
+        loop.attach(mailbox, partial(self._supervisor.stop, mailbox))
+        await loop.started.wait()
         return loop.agent
 
     def _loop_finished(self, loop: LoopActor) -> None:
@@ -320,13 +335,12 @@ class Runtime:
             if lease is not None:
                 lease.release()
 
-    async def _shutdown(self) -> None:
+    async def _dispose_all(self) -> None:
         self._closing = True
         while self._loops:
             async with trio.open_nursery() as nursery:
                 for loop in list(self._loops.values()):
                     nursery.start_soon(loop.dispose)
-        await self.codec.aclose()
 
 
 def _out_of_fds(exc: BaseException) -> bool:
@@ -346,6 +360,24 @@ def _raise_fd_limit() -> bool:
         return False
     log.info("raised the soft open-file limit from %d to %d for writer leases", soft, target)
     return True
+
+
+def _shielded(
+    run: Callable[..., Awaitable[None]],
+) -> Callable[..., Awaitable[None]]:
+    async def shielded(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope(shield=True):
+            await run(task_status=task_status)
+
+    return shielded
+
+
+async def _close_provider(provider: Provider) -> None:
+    """HTTP adapters pool connections; close them when the runtime ends."""
+    inner = getattr(provider, "inner", provider)
+    aclose = getattr(inner, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 @asynccontextmanager

@@ -23,6 +23,7 @@ from actorloop.runtime import (
     AgentOptions,
     EchoProvider,
     Message,
+    Runtime,
     ScriptedProvider,
     SessionEvent,
     SessionForkError,
@@ -619,3 +620,27 @@ async def test_running_out_of_fds_past_the_hard_limit_is_a_clear_error(tmp_path:
     refused_after = int(out.split("REFUSED ")[1].split()[0])
     assert 10 < refused_after < 200
     assert "FIRST completed" in out  # the agents already live are unaffected
+
+
+async def test_outer_cancellation_closes_turns_durably(tmp_path: Path) -> None:
+    """Cancelling the scope around Runtime.open still writes every turn/end to the store."""
+    url = f"sqlite:{tmp_path / 'outer.db'}"
+    provider = ScriptedProvider([HANG])
+    session_id = "outer-cancel"
+    with trio.move_on_after(5) as deadline:
+        async with Runtime.open(store=url, provider=provider, dev_invariants=True) as rt:
+            agent = await rt.spawn(AgentOptions(model="m"), session_id=session_id)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(agent.send, "hang")
+                await wait_until(lambda: bool(provider.requests))
+                deadline.cancel()
+                await trio.sleep_forever()
+    assert deadline.cancelled_caught
+    store = open_store(url)
+    try:
+        _meta, events = await store.load(session_id)
+    finally:
+        await store.close()
+    end = events[-1]
+    assert end.type == "turn/end" and end.data.reason.kind == "disposed"
+    assert [e.type for e in events].count("turn/end") == 1
