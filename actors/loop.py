@@ -153,8 +153,18 @@ def _tool_text(output: object) -> tuple[Text, ...]:
     raise TypeError(f"tool returned {type(output).__name__}; expected str or a tuple of Text")
 
 
-def _error_result_text(message: str) -> tuple[Text, ...]:
-    return (Text(message),)
+def _error_outcome(info: ToolCallInfo, code: str, message: str) -> ToolOutcome:
+    """An error result for a call that produced no real one (denied, failed, cancelled)."""
+    return ToolOutcome(
+        info.turn,
+        info.step,
+        info.call_id,
+        info.name,
+        info.arguments,
+        (Text(message),),
+        True,
+        ToolError(info.name, code),
+    )
 
 
 class LoopActor:
@@ -749,17 +759,7 @@ class LoopActor:
         if isinstance(decision, Deny):
             self._log_call(state, info)
             self._log_result(
-                state,
-                ToolOutcome(
-                    state.turn,
-                    state.step,
-                    call.id,
-                    call.name,
-                    info.arguments,
-                    _error_result_text(f"Tool call denied: {decision.reason}"),
-                    True,
-                    ToolError(call.name, "TOOL_DENIED"),
-                ),
+                state, _error_outcome(info, "TOOL_DENIED", f"Tool call denied: {decision.reason}")
             )
             return
         if isinstance(decision, ToolCallInfo):
@@ -805,16 +805,7 @@ class LoopActor:
 
     async def _execute(self, state: _StepState, info: ToolCallInfo) -> ToolOutcome:
         def failed(code: str, message: str) -> ToolOutcome:
-            return ToolOutcome(
-                state.turn,
-                state.step,
-                info.call_id,
-                info.name,
-                info.arguments,
-                _error_result_text(message),
-                True,
-                ToolError(info.name, code),
-            )
+            return _error_outcome(info, code, message)
 
         tool = self.options.tool_map().get(info.name)
         if tool is None:
@@ -849,41 +840,20 @@ class LoopActor:
         for call in state.requested:
             if call.id in state.answered:
                 continue
-            if call.id in state.logged_calls and call.id not in state.started:
-                outcome = ToolOutcome(
-                    state.turn,
-                    state.step,
-                    call.id,
-                    call.name,
-                    call.arguments,
-                    _error_result_text("The turn was cancelled before this tool call started."),
-                    True,
-                    ToolError(call.name, "TOOL_ABORTED_BEFORE_DISPATCH"),
-                )
-            elif call.id in state.logged_calls:
-                outcome = state.finished.get(call.id) or ToolOutcome(
-                    state.turn,
-                    state.step,
-                    call.id,
-                    call.name,
-                    call.arguments,
-                    _error_result_text("The tool call was cancelled while running."),
-                    True,
-                    ToolError(call.name, "TOOL_CANCELLED"),
+            info = ToolCallInfo(state.turn, state.step, call.id, call.name, call.arguments)
+            if call.id not in state.logged_calls:
+                self._log_call(state, info)
+            if call.id in state.finished:
+                outcome = state.finished[call.id]
+            elif call.id in state.started:
+                outcome = _error_outcome(
+                    info, "TOOL_CANCELLED", "The tool call was cancelled while running."
                 )
             else:
-                self._log_call(
-                    state, ToolCallInfo(state.turn, state.step, call.id, call.name, call.arguments)
-                )
-                outcome = ToolOutcome(
-                    state.turn,
-                    state.step,
-                    call.id,
-                    call.name,
-                    call.arguments,
-                    _error_result_text("The turn was cancelled before this tool call started."),
-                    True,
-                    ToolError(call.name, "TOOL_ABORTED_BEFORE_DISPATCH"),
+                outcome = _error_outcome(
+                    info,
+                    "TOOL_ABORTED_BEFORE_DISPATCH",
+                    "The turn was cancelled before this tool call started.",
                 )
             self._log_result(state, evolve(outcome, additional_context=()))
         pending, self._pending_contexts = self._pending_contexts, []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import aclosing
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import orjson
@@ -299,13 +299,17 @@ class AnthropicProvider(HttpSseProvider):
     sent back verbatim (with their signatures).
     """
 
+    default_base_url: ClassVar[str] = ANTHROPIC_BASE_URL
+    default_name: ClassVar[str] = "anthropic"
+    default_key_env: ClassVar[str] = "ANTHROPIC_API_KEY"
+
     def __init__(
         self,
-        base_url: str = ANTHROPIC_BASE_URL,
+        base_url: str | None = None,
         api_key: str | None = None,
         *,
-        name: str = "anthropic",
-        key_env: str = "ANTHROPIC_API_KEY",
+        name: str | None = None,
+        key_env: str | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         max_retries: int | None = None,
         retry: RetryPolicy | None = None,

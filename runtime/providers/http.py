@@ -7,7 +7,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import attrs
 import httpx
@@ -115,22 +115,25 @@ class HttpSseProvider(ABC):
     """Base of the SSE adapters. Subclasses build bodies and map events to chunks."""
 
     name: str
+    default_base_url: ClassVar[str]
+    default_name: ClassVar[str]
+    default_key_env: ClassVar[str]
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str | None,
+        base_url: str | None = None,
+        api_key: str | None = None,
         *,
-        name: str,
-        key_env: str,
-        timeout: float | httpx.Timeout,
-        max_retries: int | None,
-        retry: RetryPolicy | None,
-        context_windows: Mapping[str, int] | None,
+        name: str | None = None,
+        key_env: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        context_windows: Mapping[str, int] | None = None,
     ) -> None:
-        self.name = name
-        self.base_url = base_url.rstrip("/")
-        self.key_env = key_env
+        self.name = name or self.default_name
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self.key_env = key_env or self.default_key_env
         self._key = ApiKey(api_key) if api_key else None
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         policy = retry if retry is not None else RetryPolicy()

@@ -32,7 +32,6 @@ from actorloop.runtime.chunks import (
 from actorloop.runtime.errors import ProviderError
 from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.http import (
-    DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
     error_fields,
@@ -46,7 +45,6 @@ from actorloop.runtime.providers.retry import (
     PROVIDER_ERROR,
     RATE_LIMITED,
     STREAM_INTERRUPTED,
-    RetryPolicy,
     parse_retry_after,
     status_error,
 )
@@ -297,32 +295,12 @@ class OpenAIChatProvider(HttpSseProvider):
     to the same prompt cache.
     """
 
+    default_base_url: ClassVar[str] = OPENAI_BASE_URL
+    default_name: ClassVar[str] = "openai"
+    default_key_env: ClassVar[str] = "OPENAI_API_KEY"
     max_tokens_field: ClassVar[str] = "max_completion_tokens"
     reasoning_passback: ClassVar[bool] = False
     sends_prompt_cache_key: ClassVar[bool] = True
-
-    def __init__(
-        self,
-        base_url: str = OPENAI_BASE_URL,
-        api_key: str | None = None,
-        *,
-        name: str = "openai",
-        key_env: str = "OPENAI_API_KEY",
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
-    ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            name=name,
-            key_env=key_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry=retry,
-            context_windows=context_windows,
-        )
 
     @property
     def url(self) -> str:
@@ -390,29 +368,9 @@ class DeepSeekProvider(OpenAIChatProvider):
     thinking mode requires it across tool calls), cache hit/miss usage fields, and no
     `prompt_cache_key` (DeepSeek caches prefixes automatically)."""
 
+    default_base_url: ClassVar[str] = DEEPSEEK_BASE_URL
+    default_name: ClassVar[str] = "deepseek"
+    default_key_env: ClassVar[str] = "DEEPSEEK_API_KEY"
     max_tokens_field: ClassVar[str] = "max_tokens"
     reasoning_passback: ClassVar[bool] = True
     sends_prompt_cache_key: ClassVar[bool] = False
-
-    def __init__(
-        self,
-        base_url: str = DEEPSEEK_BASE_URL,
-        api_key: str | None = None,
-        *,
-        name: str = "deepseek",
-        key_env: str = "DEEPSEEK_API_KEY",
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
-    ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            name=name,
-            key_env=key_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry=retry,
-            context_windows=context_windows,
-        )
