@@ -509,7 +509,7 @@ class LoopActor:
         # the checkpoint right after it (before anything is dispatched).
         with trio.CancelScope(shield=True):
             await self._persist(self.session.id, events)
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
 
     # ------------------------------------------------------------------ the turn
 
@@ -536,7 +536,7 @@ class LoopActor:
         decision = await self._waterfall(
             "prompt/submit", PromptSubmit(turn, item.content, item.source)
         )
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
         if isinstance(decision, PromptSubmit):
             decision = Allow(decision.content if decision.content != item.content else None)
         if isinstance(decision, Block):
@@ -562,7 +562,7 @@ class LoopActor:
         composed = await self._waterfall("agent/session-prefix", ())
         # A listener may have cancelled and returned normally: this checkpoint raises, and the
         # composition is dropped before anything caches, logs or sends it.
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
         messages = as_message_tuple(composed, "agent/session-prefix")
         detached = structure_as(
             freeze_json(unstructure(messages), "$.session_prefix"), tuple[Message, ...]
@@ -575,7 +575,7 @@ class LoopActor:
         self._steering.clear()
 
         system, tools = await self._assemble()
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
 
         if self.session_prefix is None:
             self.session_prefix = await self._compose_prefix()
@@ -587,19 +587,19 @@ class LoopActor:
         )
         if self._compactor is not None and self.options.compaction.auto:
             await self._compactor.compact_if_needed(self, system, prefix, self._require_scope())
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
 
         boundary = self.session.derive_messages()
         history_chain = self.session.history_chain()
         self._append("step/start", StepStart(turn, step))
         state = self._step_state = _StepState(turn, step)
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
 
         seed = self.options.call_config() if not self.logged_header else self._folded_config()
         config = await self._waterfall("agent/request", seed)
         if not isinstance(config, LlmCallConfig):
             raise TypeError(f"agent/request returned {type(config).__name__}, not LlmCallConfig")
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
 
         header = canonical(EpochHeader(config, system, tools, prefix))
         self._record_header(header)
@@ -623,7 +623,7 @@ class LoopActor:
                     self._append("assistant/chunk", AssistantChunk(turn, step, chunk)).seq
                 )
                 assembler.feed(chunk)
-                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.checkpoint_if_cancelled()
         except ProviderError as exc:
             failure = ErrorInfo(str(exc), exc.code)
         if failure is None:
@@ -649,7 +649,7 @@ class LoopActor:
             sources=tuple(chunk_seqs),
         )
         state.requested = tuple(block for block in content if isinstance(block, ToolCall))
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
         if max_tokens:
             self._end_step()
             return TurnEndReason("max-tokens")
@@ -660,7 +660,7 @@ class LoopActor:
         self._end_step()
         # An observer of tool/result, context/message or step/end may have cancelled: the
         # continuation seam does not run for a cancelled turn.
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
         decision = await self._waterfall(
             "agent/turn-continuation",
             Continuation(
@@ -673,7 +673,7 @@ class LoopActor:
         )
         if not isinstance(decision, Continuation):
             raise TypeError("agent/turn-continuation must return a Continuation")
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
         if not decision.continue_turn:
             return TurnEndReason("completed")
         if decision.reason:
@@ -731,7 +731,7 @@ class LoopActor:
             RequestFailure(state.turn, state.step, failure, attempt=state.step, retry=retry),
         )
         if isinstance(decision, RequestFailure) and decision.retry:
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint_if_cancelled()
             return None
         return TurnEndReason("error", step=state.step, message=failure.message, code=failure.code)
 
@@ -741,7 +741,7 @@ class LoopActor:
         self._tool_batch = []
         try:
             for call in state.requested:
-                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.checkpoint_if_cancelled()
                 await self._run_one_tool(state, call)
         finally:
             batch, self._tool_batch = self._tool_batch, None
@@ -755,7 +755,7 @@ class LoopActor:
     async def _run_one_tool(self, state: _StepState, call: ToolCall) -> None:
         info = ToolCallInfo(state.turn, state.step, call.id, call.name, call.arguments)
         decision = await self._waterfall("tools/pre-execute", info)
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
         if isinstance(decision, Deny):
             self._log_call(state, info)
             self._log_result(
@@ -770,7 +770,7 @@ class LoopActor:
         outcome = await self._waterfall("tools/post-execute", outcome)
         # A listener may have cancelled and returned normally: drop its rewrite and context;
         # the cleanup writes the tool's real result (it finished).
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
         if not isinstance(outcome, ToolOutcome):
             raise TypeError("tools/post-execute must return a ToolOutcome")
         self._log_result(state, outcome)

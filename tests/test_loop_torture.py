@@ -78,6 +78,7 @@ SEAMS = (
     "stream",
 )
 ACTIONS = ("cancel", "cancel-keep", "cancel-raise", "dispose", "raise", "steer", "inject")
+INTERRUPTIONS = ("cancel", "cancel-keep", "cancel-raise", "dispose")
 ACTION_WEIGHTS = (30, 12, 10, 8, 6, 12, 12)
 CHAOS = "chaos"
 
@@ -89,6 +90,10 @@ class Schedule:
         self.seed = seed
         self.rng = random.Random(seed)
         self.focus = SEAMS[seed % len(SEAMS)]
+        # The first visit of the focus seam always interrupts it, cycling through the kinds
+        # of interruption seed by seed, so every (seam, kind) pair is reached in any run of
+        # at least len(SEAMS) * len(INTERRUPTIONS) schedules, whatever the timing.
+        self.forced: str | None = INTERRUPTIONS[(seed // len(SEAMS)) % len(INTERRUPTIONS)]
         self.p_act = self.rng.choice((0.02, 0.06, 0.15))
         self.trace: list[str] = []
         self.quiet = False
@@ -111,6 +116,9 @@ class Schedule:
     def draw(self, seam: str, actions: tuple[str, ...] = ACTIONS) -> str | None:
         if self.quiet:
             return None
+        if seam == self.focus and self.forced is not None and self.forced in actions:
+            action, self.forced = self.forced, None
+            return self._take(seam, action)
         if seam == self.focus:
             p = 0.35
         elif seam == "session/event":
@@ -123,6 +131,9 @@ class Schedule:
             action = self.rng.choices(ACTIONS, ACTION_WEIGHTS)[0]
         else:
             action = self.rng.choice(actions)
+        return self._take(seam, action)
+
+    def _take(self, seam: str, action: str) -> str:
         if action == "dispose" and self.instance == 3:
             action = "cancel"  # the last instance is not disposed: it must take a send
         self.acted[(seam, action)] += 1
