@@ -7,6 +7,7 @@ limit.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Mapping
@@ -110,10 +111,9 @@ def freeze_json(value: object, path: str = "$") -> JsonValue:
     if not isinstance(value, (dict, list, tuple)):
         _check_scalar(value, path)
         return value
-    try:
+    with contextlib.suppress(_NotFast):
         return _freeze_fast(value, 0)
-    except _NotFast:
-        pass  # deep, unusual or invalid: the exact walk below decides (and names the path)
+    # Deep, unusual or invalid: the exact walk below decides (and names the path).
     # Iterative post-order build: each container gets a slot list filled by its children,
     # and a height list so arrays know how deep their subtree is (see DeepTuple).
     root_holder: list[Any] = [None]
