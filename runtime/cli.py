@@ -255,7 +255,7 @@ def show(store_url: str, session_id: str) -> None:
             meta, events = await _load(store, session_id)
         finally:
             await store.close()
-        session = Session.from_events(session_id, events, meta)
+        session = Session.from_loaded(session_id, events, meta)
         header = session.header()
         console.print(f"[bold]{session_id}[/] — {len(events)} events, {session.last_turn} turns")
         if header is not None and header.message_prefix:
@@ -322,7 +322,7 @@ def fork(store_url: str, session_id: str, boundary: int | None, child_id: str | 
 
         try:
             meta, loaded = await _load(store, session_id)
-            child = Session.from_events(session_id, loaded, meta).fork(boundary, child_id)
+            child = Session.from_loaded(session_id, loaded, meta).fork(boundary, child_id)
             assert child.meta.seed_length is not None
             await store.fork(session_id, child.meta.seed_length - 1, child.id)
         finally:

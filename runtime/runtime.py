@@ -195,7 +195,7 @@ class Runtime:
         lease = self._claim(session_id)
         try:
             meta, events = await self.store.load(session_id, lease=lease)
-            session = Session.from_events(session_id, events, meta)
+            session = Session.from_loaded(session_id, events, meta)
         except BaseException:
             lease.release()
             raise
@@ -264,7 +264,7 @@ class Runtime:
             # The default boundary is the last event: that needs the whole (repaired) log,
             # which then seeds the child in memory (shared, not read twice).
             meta, events = await self.store.load(session_id)
-            child = Session.from_events(session_id, events, meta).fork(None, child_id)
+            child = Session.from_loaded(session_id, events, meta).fork(None, child_id)
             assert child.meta.seed_length is not None
             boundary, child_id = child.meta.seed_length - 1, child.id
         child_id = child_id or new_session_id()
@@ -278,7 +278,7 @@ class Runtime:
             await self.store.fork(session_id, boundary, child_id)
             if child is None:
                 meta, events = await self.store.load(child_id, lease=lease)
-                child = Session.from_events(child_id, events, meta)
+                child = Session.from_loaded(child_id, events, meta)
         except BaseException:
             lease.release()
             raise
@@ -396,4 +396,4 @@ async def load_session(store: Store, session_id: str) -> Session:
     if not await store.exists(session_id):
         raise SessionNotFound(session_id)
     meta, events = await store.load(session_id)
-    return Session.from_events(session_id, events, meta)
+    return Session.from_loaded(session_id, events, meta)

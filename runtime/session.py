@@ -9,7 +9,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from attrs import field, frozen
@@ -76,10 +76,15 @@ class EventLog:
 
     __slots__ = ("_base", "_base_len", "_own", "_snapshot")
 
-    def __init__(self, base: EventLog | None = None, base_len: int = 0) -> None:
+    def __init__(
+        self,
+        base: EventLog | None = None,
+        base_len: int = 0,
+        events: Iterable[SessionEvent] = (),
+    ) -> None:
         self._base = base
         self._base_len = base_len
-        self._own: list[SessionEvent] = []
+        self._own: list[SessionEvent] = list(events)
         self._snapshot: tuple[SessionEvent, ...] | None = None
 
     def __len__(self) -> int:
@@ -208,6 +213,17 @@ class Session:
         for event in events:
             session._commit(event, detach=False)
         return session
+
+    @classmethod
+    def from_loaded(
+        cls, session_id: str, events: Sequence[SessionEvent], meta: SessionMeta
+    ) -> Session:
+        """A session over events a store's `load` has just validated and repaired.
+
+        The store checked every rule already; checking again would double the cost of a
+        resume, so the folded state is replayed lazily on first use, as for a fork.
+        """
+        return cls(_make_meta(session_id, meta), EventLog(events=events))
 
     # reading --------------------------------------------------------------------------
 

@@ -818,3 +818,24 @@ def test_observers_see_events_in_seq_order_even_when_an_observer_appends() -> No
     assert second_seen == [1, 2]
     session.append("user/message", user("later"), surface_op=APPEND)
     assert second_seen == [1, 2, 3]
+
+
+def test_from_loaded_folds_like_a_validated_replay() -> None:
+    """A store-validated log seeds a session lazily; its folded state equals from_events'."""
+    import random
+
+    from session_logs import turn_script
+
+    source = Session.create("loaded")
+    rng = random.Random(7)
+    for turn in range(4):
+        for _barrier in turn_script(source, rng, f"turn {turn}"):
+            pass
+    checked = Session.from_events("loaded", source.events)
+    loaded = Session.from_loaded("loaded", source.events, checked.meta)
+    assert loaded.events == checked.events
+    assert loaded.derive_messages() == checked.derive_messages()
+    assert loaded.header() == checked.header()
+    assert loaded.surface == checked.surface
+    assert loaded.last_turn == checked.last_turn == 4
+    assert loaded.history_chain() == checked.history_chain()
