@@ -3,6 +3,7 @@ stored sessions. Bad input exits 2 with one line saying what is wrong; nothing i
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -84,6 +85,7 @@ def provider_for(
 @click.version_option(package_name="actorloop")
 def main() -> None:
     """actorloop: agent loops whose every request is a pure function of the session log."""
+    logging.basicConfig(level=logging.WARNING, format="actorloop: %(levelname)s %(message)s")
 
 
 @main.command()

@@ -50,6 +50,17 @@ def test_run_tiny_workload_completes_and_reports(ran: tuple[Path, str, dict[str,
     assert report["step_overhead_p99_ms"] >= report["step_overhead_p50_ms"] > 0
 
 
+def test_run_under_context_pressure_compacts_and_verifies(tmp_path: Path) -> None:
+    pressure = REPO / "examples" / "pressure.toml"
+    store = f"sqlite:{tmp_path / 'pressure.db'}"
+    result = actorloop("run", str(pressure), "--store", store, "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = orjson.loads(result.stdout)
+    assert report["compactions"] > 0
+    assert report["verified_sessions"] == report["sessions"]
+    assert report["turn_reasons"].get("error") is None
+
+
 def test_sessions_verify_passes_on_every_session(ran: tuple[Path, str, dict[str, object]]) -> None:
     cwd, store, _report = ran
     ids = session_ids(store, cwd)
