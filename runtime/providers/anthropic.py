@@ -341,10 +341,6 @@ class AnthropicProvider(HttpSseProvider):
             thinking_budget=self.thinking_budget,
         )
 
-    def body_bytes(self, request: Request) -> bytes:
-        """Canonical bytes: identical requests (and identical prefixes) give identical bytes."""
-        return canonical_json(self.build_body(request))
-
     def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
         message, _kind, _code = error_detail(body)
         message = self.redact(message)

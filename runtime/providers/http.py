@@ -15,6 +15,7 @@ import orjson
 import trio
 from attrs import frozen
 
+from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.errors import ProviderError
 from actorloop.runtime.header import ToolSchema
 from actorloop.runtime.providers.base import ModelInfo
@@ -28,6 +29,7 @@ from actorloop.runtime.providers.retry import (
     TransientProviderError,
 )
 from actorloop.runtime.providers.sse import SseDecoder, SseEvent
+from actorloop.runtime.request import Request
 
 log = logging.getLogger("actorloop.providers")
 
@@ -180,6 +182,14 @@ class HttpSseProvider(ABC):
             await self._http.aclose()
         self._http = None
         self._http_run = None
+
+    @abstractmethod
+    def build_body(self, request: Request) -> dict[str, Any]:
+        """The wire body of `request` (JSON-ready; its canonical bytes are what is sent)."""
+
+    def body_bytes(self, request: Request) -> bytes:
+        """Canonical bytes: identical requests (and identical prefixes) give identical bytes."""
+        return canonical_json(self.build_body(request))
 
     @abstractmethod
     def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import httpx
 import trio
 
-from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
     BlockKind,
@@ -313,10 +312,6 @@ class OpenAIChatProvider(HttpSseProvider):
             reasoning_passback=self.reasoning_passback,
             send_prompt_cache_key=self.sends_prompt_cache_key,
         )
-
-    def body_bytes(self, request: Request) -> bytes:
-        """Canonical bytes: identical requests (and identical prefixes) give identical bytes."""
-        return canonical_json(self.build_body(request))
 
     def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
         message, _kind, code = error_detail(body)
