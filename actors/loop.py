@@ -219,6 +219,7 @@ class LoopActor:
         self._outstanding = 0
         self._current_item: TurnItem | None = None
         self.failure: BaseException | None = None
+        self._owned: set[trio.CancelScope] = set()
         self.meter = TokenMeter(session)
         self._overflow_retries = 0
 
@@ -247,9 +248,22 @@ class LoopActor:
         else:
             self._enqueue_nowait(TurnItem("injection", content, source, frozen_meta))
 
+    def own(self, scope: trio.CancelScope) -> Callable[[], None]:
+        """Make background work (e.g. a subagent) part of this agent's work: `cancel()`
+        without `keep_inbox` and `dispose()` cancel it. Returns the release callable."""
+        if self._closed:
+            scope.cancel()
+        self._owned.add(scope)
+        return lambda: self._owned.discard(scope)
+
+    def _cancel_owned(self) -> None:
+        for scope in tuple(self._owned):
+            scope.cancel()
+
     def cancel(self, reason: str | None, keep_inbox: bool) -> None:
         if not keep_inbox:
             self._discard_queued()
+            self._cancel_owned()
         scope = self._turn_scope
         if scope is not None:
             if self._cancel_reason is None:
@@ -262,6 +276,7 @@ class LoopActor:
             self._disposing = True
             self._set_status("disposed")
             self._discard_queued()
+            self._cancel_owned()
             if self._turn_scope is not None:
                 self._turn_scope.cancel()
             if self._stop_mailbox is not None:
@@ -390,6 +405,7 @@ class LoopActor:
             raise
         finally:
             self._closed = True
+            self._cancel_owned()
             if self._current_item is not None:
                 self._finish_item(
                     self._current_item,

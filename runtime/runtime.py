@@ -19,6 +19,7 @@ from actorloop.actors.loop import Compactor, LoopActor, SessionStartKind
 from actorloop.runtime.agent import Agent
 from actorloop.runtime.errors import (
     ActorloopError,
+    AgentClosed,
     SessionBusy,
     SessionForkError,
     SessionNotFound,
@@ -52,6 +53,7 @@ class Runtime:
         self,
         *,
         supervisor: Supervisor,
+        owned_work: trio.Nursery,
         store: Store,
         codec: CodecActor,
         providers: Mapping[str, Provider],
@@ -60,6 +62,7 @@ class Runtime:
         compactor: Compactor | None,
     ) -> None:
         self._supervisor = supervisor
+        self._owned_work = owned_work
         self.store = store
         self.codec = codec
         self.dev_invariants = dev_invariants
@@ -110,9 +113,10 @@ class Runtime:
                 try:
                     if isinstance(compactor, CompactionActor):
                         await services.start(compactor.run)
-                    async with Supervisor.open() as supervisor:
+                    async with Supervisor.open() as supervisor, trio.open_nursery() as owned:
                         runtime = cls(
                             supervisor=supervisor,
+                            owned_work=owned,
                             store=store_obj,
                             codec=codec,
                             providers=all_providers,
@@ -125,6 +129,7 @@ class Runtime:
                         finally:
                             with trio.CancelScope(shield=True):
                                 await runtime._dispose_all()
+                            owned.cancel_scope.cancel()
                 finally:
                     with trio.CancelScope(shield=True):
                         await codec.aclose()
@@ -291,6 +296,27 @@ class Runtime:
     def _refuse_closing(self) -> None:
         if self._closing:
             raise RuntimeClosed("the runtime is shutting down; it starts no more agents")
+
+    def run_owned(self, owner: Agent, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` in the background as part of `owner`'s work: cancelling (without
+        `keep_inbox`) or disposing the owner cancels it. Used by background subagents."""
+        loop = self._loops.get(owner.id)
+        if loop is None:
+            raise AgentClosed(f"agent {owner.id!r} is not live in this runtime")
+        scope = trio.CancelScope()
+        release = loop.own(scope)
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await work()
+            except Exception:
+                # Owned work fails alone, like a supervised actor: reported, contained.
+                log.exception("background work of agent %s failed", owner.id)
+            finally:
+                release()
+
+        self._owned_work.start_soon(run)
 
     def _refuse_live(self, session_id: str) -> None:
         if session_id in self._loops:

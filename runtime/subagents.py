@@ -1,15 +1,18 @@
-"""Subagents: a tool that spawns (or forks) a child agent, awaits its turn and returns the
-child's answer — structured, so cancelling the parent's turn cancels the child's."""
+"""Subagents: a tool that spawns (or forks) a child agent and either awaits its turn and
+returns the answer, or lets it run in the background and injects the answer later — always
+owned by the parent, so cancelling or disposing the parent cancels the child's turn."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from actorloop.runtime.errors import AgentClosed
 from actorloop.runtime.events import AssistantMessage, TurnEnd
 from actorloop.runtime.options import AgentOptions, Tool, ToolContext
 from actorloop.runtime.seams import TurnResult
@@ -67,12 +70,18 @@ def subagent_tool(
     options: AgentOptions | Callable[[Agent], AgentOptions] | None = None,
     mode: SubagentMode = "spawn",
     keep_child: bool = False,
+    background: bool = False,
 ) -> Tool:
-    """A tool whose call runs one turn of a child agent and returns the child's answer.
+    """A tool whose call runs one turn of a child agent.
 
     `spawn` starts a fresh session (labelled with its parent); `fork` seeds the child with
-    the parent's log up to its last closed turn. Unless `keep_child`, the child is disposed
-    after answering (its session stays stored and resumable).
+    the parent's log up to its last closed turn. By default the tool awaits the child and
+    returns its answer; a cancel of the parent's turn cancels the child's. With
+    `background`, the tool returns at once and the answer is injected into the parent as a
+    `context/message` (source `subagent`) when it arrives; the child then belongs to the
+    parent agent: `cancel()` (without `keep_inbox`) or `dispose()` of the parent cancels it.
+    Unless `keep_child`, the child is disposed after answering (its session stays stored
+    and resumable).
     """
 
     async def execute(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -90,6 +99,9 @@ def subagent_tool(
         else:
             labels = {**child_options.labels, "parent_agent": parent.id, "parent_call": ctx.call_id}
             child = await runtime.spawn(_with_labels(child_options, labels), session_id=child_id)
+        if background:
+            runtime.run_owned(parent, _answer_later(parent, child, task, ctx.call_id, keep_child))
+            return f"Subagent {child.id} started; its answer will arrive as a context message."
         try:
             result = await run_child_turn(child, task)
             if result.reason != "completed":
@@ -101,6 +113,26 @@ def subagent_tool(
                     await child.dispose()
 
     return Tool(name, description, TASK_PARAMETERS, execute)
+
+
+def _answer_later(
+    parent: Agent, child: Agent, task: str, call_id: str, keep_child: bool
+) -> Callable[[], Awaitable[None]]:
+    async def deliver() -> None:
+        try:
+            result = await run_child_turn(child, task)
+            if result.reason == "completed":
+                text = f"Subagent {child.id} answered:\n{last_answer(child)}"
+            else:
+                text = f"Subagent {child.id} ended its turn {result.reason} without an answer."
+            with contextlib.suppress(AgentClosed):
+                parent.inject(text, source="subagent", meta={"child": child.id, "call_id": call_id})
+        finally:
+            if not keep_child:
+                with trio.CancelScope(shield=True):
+                    await child.dispose()
+
+    return deliver
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")

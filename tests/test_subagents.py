@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from helpers import open_runtime, wait_until
 
@@ -272,3 +273,81 @@ async def test_reused_and_unsafe_call_ids_still_get_distinct_children() -> None:
         calls = [m.labels["parent_call"] for m in children]
         assert calls == ["call_0", "call_0", unsafe, "y" * 300]
         assert all(m.labels["parent_agent"] == "P" for m in children)
+
+
+async def test_background_child_answer_is_injected_into_the_parent_later() -> None:
+    child_may_answer = trio.Event()
+
+    async def slow_answer(request: Request) -> Any:
+        await child_may_answer.wait()
+        return reply("the weather is fine")
+
+    class GatedRouter(Router):
+        async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+            if request.session_id == "P.b1":
+                await child_may_answer.wait()
+            async for chunk in super().stream(request):
+                yield chunk
+
+    router = GatedRouter(
+        {
+            "P": [
+                tool_call("b1", "delegate", {"task": "check the weather"}),
+                reply("asked a helper"),
+                reply("thanks, noted"),
+            ],
+            "P.b1": [reply("the weather is fine")],
+        }
+    )
+    async with open_runtime(router) as rt:
+        parent = await rt.spawn(options(rt, background=True), session_id="P")
+        assert (await parent.send("what is the weather?")).reason == "completed"
+        started = tool_results(parent.session.events)["b1"]
+        assert not started.is_error and "started" in started.content[0].text
+        child_may_answer.set()
+        await wait_until(lambda: any(e.type == "context/message" for e in parent.session.events))
+        await parent.wait_idle()
+        context = next(e for e in parent.session.events if e.type == "context/message")
+        assert context.data.source.plugin == "subagent"
+        assert "the weather is fine" in context.data.content[0].text
+        assert context.data.meta == {"child": "P.b1", "call_id": "b1"}
+        # An idle parent receives it as a one-shot injection turn; the next request sees it.
+        assert [e.data.trigger.kind for e in parent.session.events if e.type == "turn/start"] == [
+            "message",
+            "injection",
+        ]
+        await parent.send("anything new?")
+        assert any("the weather is fine" in m.text for m in router.requests("P")[-1].messages)
+        await wait_until(lambda: rt.get("P.b1") is None)
+
+
+@pytest.mark.parametrize("how", ["cancel", "dispose"])
+async def test_parent_cancel_or_dispose_cancels_its_background_child(how: str) -> None:
+    router = Router(
+        {
+            "P": [
+                tool_call("b1", "delegate", {"task": "wait forever"}),
+                reply("ok"),
+                reply("yes"),
+            ],
+            "P.b1": [HANG],
+        }
+    )
+    async with open_runtime(router) as rt:
+        parent = await rt.spawn(options(rt, background=True, keep_child=True), session_id="P")
+        assert (await parent.send("start a helper")).reason == "completed"
+        await wait_until(lambda: bool(router.requests("P.b1")))
+        child = rt.get("P.b1")
+        assert child is not None and child.status == "running"
+        if how == "cancel":
+            parent.cancel("stop everything")
+        else:
+            await parent.dispose()
+        await child.wait_idle()
+        assert reasons(child.session.events) == ["aborted"], how
+        assert closed(child.session.events)
+        # Cancelled work is discarded, not reported: no answer reaches the parent.
+        assert not any(e.type == "context/message" for e in parent.session.events)
+        if how == "cancel":
+            assert (await parent.send("still there?")).reason == "completed"
+            assert closed(parent.session.events)
