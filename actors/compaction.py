@@ -23,6 +23,7 @@ from actorloop.runtime.events import (
     UserMessage,
 )
 from actorloop.runtime.header import LlmCallConfig, ToolSchema
+from actorloop.runtime.kernel import ActorRef
 from actorloop.runtime.messages import Message, Source, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.request import Request
@@ -121,21 +122,26 @@ def balanced_cut(nodes: list[tuple[int, Message | None]], cut: int) -> int:
 
 
 class CompactionActor:
-    """One per runtime. `run()` serves summarizer jobs, each in its own task of the actor's
-    nursery so one agent's slow summary never delays another's; the loop-side methods
-    below run in the calling loop's task, which stays the session's only writer."""
+    """One per runtime, supervised by the kernel. `run()` serves summarizer jobs from its
+    mailbox, each in its own task of the actor's nursery so one agent's slow summary never
+    delays another's; the loop-side methods below run in the calling loop's task, which
+    stays the session's only writer."""
 
     def __init__(self, capacity: int = 256) -> None:
-        self._send, self._receive = trio.open_memory_channel[_Pending](capacity)
+        self.capacity = capacity
+        self._mailbox: ActorRef[_Pending] | None = None
         self.compactions = 0
         self.failures = 0
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    def attach(self, mailbox: ActorRef[_Pending]) -> None:
+        """Wire the kernel mailbox the supervisor created for this actor."""
+        self._mailbox = mailbox
+
+    async def run(self, mailbox: trio.MemoryReceiveChannel[_Pending]) -> None:
+        """The actor's body (spawned by the kernel's Supervisor)."""
         async with trio.open_nursery() as nursery:
-            task_status.started()
-            async with self._receive:
-                async for pending in self._receive:
-                    nursery.start_soon(self._serve, pending)
+            async for pending in mailbox:
+                nursery.start_soon(self._serve, pending)
 
     async def _serve(self, pending: _Pending) -> None:
         with pending.scope:
@@ -149,9 +155,11 @@ class CompactionActor:
 
     async def summarize(self, job: SummaryJob) -> SummaryOutcome:
         """Ask the actor for a summary; a cancel of the caller cancels the job too."""
+        if self._mailbox is None:
+            raise CompactionFailed("the compaction actor is not running", "NOT_RUNNING")
         pending = _Pending(job)
         try:
-            await self._send.send(pending)
+            await self._mailbox.tell(pending)
             await pending.done.wait()
         except BaseException:
             pending.scope.cancel()

@@ -111,9 +111,13 @@ class Runtime:
                 # during shutdown still need it; `_shutdown` stops it explicitly.
                 await services.start(_shielded(codec.run))
                 try:
-                    if isinstance(compactor, CompactionActor):
-                        await services.start(compactor.run)
                     async with Supervisor.open() as supervisor, trio.open_nursery() as owned:
+                        if isinstance(compactor, CompactionActor):
+                            compactor.attach(
+                                supervisor.spawn(
+                                    "compaction", compactor.run, capacity=compactor.capacity
+                                )
+                            )
                         runtime = cls(
                             supervisor=supervisor,
                             owned_work=owned,
