@@ -3,8 +3,10 @@ stored sessions. Bad input exits 2 with one line saying what is wrong; nothing i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -44,14 +46,57 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     sys.exit(code)
 
 
+def check_location(url: str, *, must_exist: bool) -> None:
+    """Refuse, before anything is opened or written, a store location that is missing (for
+    read commands) or that holds something other than an actorloop store."""
+    scheme, _, rest = url.partition(":")
+    location = Path(rest.partition("?")[0])
+    if scheme == "memory" and must_exist:
+        fail("the memory: store does not outlive a process; pass --store sqlite:PATH or jsonl:DIR")
+    if scheme not in ("sqlite", "jsonl") or not rest:
+        return
+    if not location.exists():
+        if must_exist:
+            fail(f"no store at '{location}' ({url}); run `actorloop run` first or pass --store")
+        return
+    if scheme == "jsonl" and not location.is_dir():
+        fail(f"'{location}' is not a directory; a jsonl: store is a directory of sessions")
+    if scheme == "sqlite":
+        problem = _sqlite_store_problem(location, must_exist=must_exist)
+        if problem is not None:
+            fail(f"'{location}' {problem}; pass another --store")
+
+
+STORE_COLUMNS = {
+    "sessions": {"id", "meta", "parent", "seed_length", "version"},
+    "events": {"session_id", "seq", "type", "time", "body"},
+}
+
+
+def _sqlite_store_problem(path: Path, *, must_exist: bool) -> str | None:
+    """Why `path` cannot be used as an actorloop SQLite store (read-only look; None if ok)."""
+    if path.is_dir():
+        return "is a directory, not an SQLite database file"
+    if path.stat().st_size == 0:
+        # An empty file is where `run` may start a store; there is nothing in it to read.
+        return "is empty, not an actorloop store" if must_exist else None
+    try:
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            columns = {
+                table: {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                for table in STORE_COLUMNS
+            }
+    except sqlite3.DatabaseError as exc:
+        return f"is not an SQLite database ({exc})"
+    if any(not expected <= columns[table] for table, expected in STORE_COLUMNS.items()):
+        return "is an SQLite database but not an actorloop store"
+    return None
+
+
 def existing_store(url: str) -> Store:
     """Open a store that must already exist (read commands never create one)."""
-    scheme, _, rest = url.partition(":")
-    location = rest.partition("?")[0]
-    if scheme in ("sqlite", "jsonl") and location and not Path(location).exists():
-        fail(f"no store at {location!r} ({url}); run `actorloop run` first or pass --store")
-    if scheme == "memory":
-        fail("the memory: store does not outlive a process; pass --store sqlite:PATH or jsonl:DIR")
+    check_location(url, must_exist=True)
     try:
         return open_store(url)
     except StoreUrlError as exc:
@@ -62,6 +107,13 @@ def run_async(function: Callable[[], Awaitable[T]]) -> T:
     """Run `function` under trio; typed errors become one line and exit 2."""
     try:
         return trio.run(function)
+    except BaseExceptionGroup as group:
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if isinstance(leaf, ActorloopError):
+            fail(f"{type(leaf).__name__}: {leaf}")
+        raise
     except VerificationFailed as exc:
         fail(f"verification failed: {exc}", EXIT_VERIFY_FAILED)
     except SessionNotFound as exc:
@@ -112,6 +164,7 @@ def run(
     except WorkloadError as exc:
         fail(str(exc))
     provider, model = provider_for(provider_spec, base_url, spec.latency_ms, spec.context_window)
+    check_location(store_url, must_exist=False)
     try:
         store = open_store(store_url)
     except StoreUrlError as exc:

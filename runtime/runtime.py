@@ -412,13 +412,17 @@ async def _close_provider(provider: Provider) -> None:
 
 @asynccontextmanager
 async def _plain_errors() -> AsyncIterator[None]:
-    """Public API raises plain typed exceptions: unwrap a nursery's single-error group."""
+    """Public API raises plain typed exceptions: unwrap nested nurseries' single-error
+    groups down to the one error."""
     try:
         yield
     except BaseExceptionGroup as group:
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if leaf is group:
+            raise
+        raise leaf from None
 
 
 async def load_session(store: Store, session_id: str) -> Session:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import cattrs
-from attrs import field, frozen, validators
+from attrs import field, frozen
+from cattrs.v import format_exception
 
 from actorloop.runtime.errors import ActorloopError
 
@@ -16,9 +19,30 @@ class WorkloadError(ActorloopError, ValueError):
     """A workload file is missing, unreadable or does not match the schema."""
 
 
-def _positive(_instance: object, attribute: Any, value: int) -> None:
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""Workload names prefix session ids, so they use the session-id alphabet."""
+
+
+def _not_negative(_instance: object, attribute: Any, value: int) -> None:
     if value < 0:
         raise ValueError(f"{attribute.name} must be >= 0, got {value}")
+
+
+def _finite_not_negative(_instance: object, attribute: Any, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value}")
+
+
+def _positive_or_none(_instance: object, attribute: Any, value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+
+
+def _name(_instance: object, attribute: Any, value: str) -> None:
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValueError(
+            f"{attribute.name} must be 1-64 letters, digits, '_' or '-', got {value!r}"
+        )
 
 
 @frozen
@@ -38,26 +62,57 @@ class Coordinator:
 
 @frozen
 class Workers:
-    count: int = field(default=4, validator=_positive)
-    turns: int = field(default=2, validator=_positive)
-    fork: int = field(default=1, validator=_positive)
-    cancel: int = field(default=1, validator=_positive)
-    resume: int = field(default=1, validator=_positive)
+    count: int = field(default=4, validator=_not_negative)
+    turns: int = field(default=2, validator=_not_negative)
+    fork: int = field(default=1, validator=_not_negative)
+    cancel: int = field(default=1, validator=_not_negative)
+    resume: int = field(default=1, validator=_not_negative)
     system: str = "You are a worker agent. Answer briefly."
 
 
 @frozen
 class Workload:
-    name: str
+    name: str = field(validator=_name)
     coordinator: Coordinator
     model: str = "sim-1"
     skills: tuple[Skill, ...] = field(default=(), converter=tuple)
     workers: Workers = Workers()
-    latency_ms: float = field(default=2.0, validator=validators.ge(0))
-    context_window: int | None = None
+    latency_ms: float = field(default=2.0, validator=_finite_not_negative)
+    context_window: int | None = field(default=None, validator=_positive_or_none)
 
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
+def _strict_converter() -> cattrs.Converter:
+    """No coercion: TOML already types its values, so a wrong type is an error to report."""
+    converter = cattrs.Converter(forbid_extra_keys=True)
+
+    def exactly(kind: type, *accepted: type) -> None:
+        def structure(value: Any, _: type) -> Any:
+            if isinstance(value, bool) and bool not in accepted:
+                raise TypeError(f"expected {kind.__name__}, got a boolean")
+            if not isinstance(value, accepted):
+                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+            return kind(value)
+
+        converter.register_structure_hook(kind, structure)
+
+    exactly(str, str)
+    exactly(int, int)
+    exactly(bool, bool)
+    exactly(float, int, float)
+
+    def tuple_of(value: Any, cls: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise TypeError(f"expected an array, got {type(value).__name__}")
+        (item,) = {arg for arg in cls.__args__ if arg is not Ellipsis}
+        return tuple(converter.structure(element, item) for element in value)
+
+    converter.register_structure_hook_func(
+        lambda cls: getattr(cls, "__origin__", None) is tuple, tuple_of
+    )
+    return converter
+
+
+_converter = _strict_converter()
 
 
 def parse_workload(text: str, origin: str) -> Workload:
@@ -76,13 +131,22 @@ def load_workload(path: Path) -> Workload:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise WorkloadError(f"cannot read workload {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"workload {path} is not UTF-8 text ({exc.reason})") from exc
     return parse_workload(text, str(path))
+
+
+def _format_leaf(exc: BaseException, type: Any) -> str:
+    # Our validators word their own errors (they name the field and the rule).
+    if isinstance(exc, ValueError) and not isinstance(exc, cattrs.BaseValidationError):
+        return str(exc)
+    return format_exception(exc, type)
 
 
 def _describe(exc: BaseException) -> str:
     """One line for a cattrs error tree: the first leaf with its path."""
     if isinstance(exc, cattrs.ClassValidationError):
-        notes = cattrs.transform_error(exc)
+        notes = cattrs.transform_error(exc, format_exception=_format_leaf)
         return notes[0] if notes else str(exc)
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         return f"unknown keys {sorted(exc.extra_fields)} in {exc.cl.__name__.lower()}"

@@ -145,7 +145,13 @@ def test_missing_session_and_missing_store_write_nothing(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("name = 1", "required field missing"),
+        ('name = "x"', "required field missing"),
+        ('name = 12\n[coordinator]\ntasks = ["a"]\n', "expected str @ $.name"),
+        ('name = "x"\n[coordinator]\ntasks = "abc"\n', "$.coordinator.tasks"),
+        ('name = "x"\n[coordinator]\ntasks = ["a"]\n[workers]\ncount = 1.9\n', "count"),
+        ('name = "x"\nlatency_ms = inf\n[coordinator]\ntasks = ["a"]\n', "finite"),
+        ('name = "x"\ncontext_window = -5\n[coordinator]\ntasks = ["a"]\n', "> 0"),
+        ('name = "my demo"\n[coordinator]\ntasks = ["a"]\n', "letters, digits"),
         ('name = "x"\n[coordinator]\ntasks = ["a"]\nsurprise = 1\n', "surprise"),
         ("this is not = = toml", "not valid TOML"),
     ],
@@ -173,3 +179,42 @@ def test_corrupt_store_file_is_bad_input(tmp_path: Path) -> None:
     _assert_bad_input(
         actorloop("sessions", "--store", store, "verify", worker, cwd=tmp_path), "corrupt"
     )
+
+
+def test_non_utf8_workload_is_bad_input(tmp_path: Path) -> None:
+    workload = tmp_path / "binary.toml"
+    workload.write_bytes(b"\xff\xfe")
+    _assert_bad_input(actorloop("run", str(workload), cwd=tmp_path), "not UTF-8")
+
+
+def test_store_locations_that_are_not_stores_are_bad_input(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    _assert_bad_input(
+        actorloop("sessions", "--store", f"sqlite:{empty}", "list", cwd=tmp_path), "is empty"
+    )
+    assert empty.read_bytes() == b""
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database at all" * 10)
+    _assert_bad_input(
+        actorloop("run", str(TINY), "--store", f"sqlite:{garbage}", cwd=tmp_path),
+        "not an SQLite database",
+    )
+    _assert_bad_input(
+        actorloop("sessions", "--store", f"jsonl:{garbage}", "list", cwd=tmp_path),
+        "not a directory",
+    )
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE sessions (token TEXT)")
+    before = foreign.read_bytes()
+    _assert_bad_input(
+        actorloop("sessions", "--store", f"sqlite:{foreign}", "list", cwd=tmp_path),
+        "not an actorloop store",
+    )
+    assert foreign.read_bytes() == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "empty.db",
+        "foreign.db",
+        "garbage.db",
+    ]

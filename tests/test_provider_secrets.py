@@ -174,8 +174,22 @@ async def test_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_api_key_wrapper_hides_its_value() -> None:
-    key = ApiKey(KEY)
+    key = ApiKey(KEY, "a test")
     assert KEY not in repr(key) and KEY not in str(key) and KEY not in f"{key}"
     assert key.redact(f"header was {KEY}") == "header was ***"
     with pytest.raises(TypeError):
         pickle.dumps(key)
+
+
+@pytest.mark.parametrize("bad", [KEY + "\n", KEY + "\r", "sk-with space"])
+def test_a_key_with_whitespace_is_refused_without_echoing_it(bad: str) -> None:
+    from actorloop.runtime.errors import ProviderError
+    from actorloop.runtime.providers.anthropic import AnthropicProvider
+    from actorloop.runtime.providers.openai import OpenAIChatProvider
+
+    for factory in (OpenAIChatProvider, AnthropicProvider):
+        with pytest.raises(ProviderError) as caught:
+            factory(api_key=bad)
+        assert caught.value.code == "AUTHENTICATION"
+        assert bad.strip() not in str(caught.value)
+        assert "whitespace or control characters" in str(caught.value)

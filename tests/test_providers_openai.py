@@ -293,6 +293,16 @@ async def test_deepseek_reasoning_and_cache_usage(server: SseServer, waits: Wait
                 ),
             ),
         ),
+        (
+            "insufficient_system_resource",
+            Finish(
+                "error",
+                ErrorInfo(
+                    "openai: generation ended early (finish_reason 'insufficient_system_resource')",
+                    "OVERLOADED",
+                ),
+            ),
+        ),
     ],
 )
 async def test_finish_reasons(

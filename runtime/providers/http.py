@@ -44,7 +44,14 @@ class ApiKey:
 
     __slots__ = ("_value",)
 
-    def __init__(self, value: str) -> None:
+    def __init__(self, value: str, origin: str) -> None:
+        # An HTTP header cannot carry these; httpx would echo the value in its error.
+        if any(char.isspace() or not char.isprintable() for char in value):
+            raise ProviderError(
+                f"the API key from {origin} contains whitespace or control characters "
+                "(a stray newline?); fix the key",
+                AUTHENTICATION,
+            )
         self._value = value
 
     def reveal(self) -> str:
@@ -136,7 +143,7 @@ class HttpSseProvider(ABC):
         self.name = name or self.default_name
         self.base_url = (base_url or self.default_base_url).rstrip("/")
         self.key_env = key_env or self.default_key_env
-        self._key = ApiKey(api_key) if api_key else None
+        self._key = ApiKey(api_key, "api_key=") if api_key else None
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         policy = retry if retry is not None else RetryPolicy()
         self.retry = (
@@ -161,7 +168,7 @@ class HttpSseProvider(ABC):
                 raise ProviderError(
                     f"{self.name}: no API key: pass api_key= or set {self.key_env}", AUTHENTICATION
                 )
-            self._key = ApiKey(value)
+            self._key = ApiKey(value, self.key_env)
         return self._key
 
     def redact(self, text: str) -> str:

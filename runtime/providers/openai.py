@@ -40,6 +40,7 @@ from actorloop.runtime.providers.retry import (
     CONTENT_FILTERED,
     CONTEXT_WINDOW_EXCEEDED,
     INSUFFICIENT_QUOTA,
+    OVERLOADED,
     PROTOCOL_ERROR,
     PROVIDER_ERROR,
     RATE_LIMITED,
@@ -272,11 +273,20 @@ class _ChatStreamMapper:
         elif reason == "content_filter":
             message = f"{self._provider}: the provider's content filter stopped the answer"
             out.append(Finish("error", ErrorInfo(message, CONTENT_FILTERED)))
+        elif reason not in COMPLETE_FINISH_REASONS:
+            # e.g. DeepSeek's insufficient_system_resource: the answer was cut off, and a
+            # truncated answer must not pass for a finished one.
+            message = f"{self._provider}: generation ended early (finish_reason {reason!r})"
+            out.append(Finish("error", ErrorInfo(message, OVERLOADED)))
         elif self._tools:
             out.append(Finish("tool-calls"))
         else:
             out.append(Finish("stop"))
         return out
+
+
+COMPLETE_FINISH_REASONS = frozenset({None, "stop", "tool_calls", "function_call"})
+"""Finish reasons of an answer that ended normally (None: the stream sent none)."""
 
 
 def _stream_error_code(message: str, kind: str | None, code: str | None) -> str:

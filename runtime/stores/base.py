@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal, Protocol, TypeAlias
 
 from actorloop.runtime.errors import (
+    InvalidSessionId,
     SessionBusy,
     SessionCorruptError,
     SessionValidationError,
@@ -22,6 +23,7 @@ from actorloop.runtime.errors import (
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.repair import closers
 from actorloop.runtime.session import Session, SessionMeta
+from actorloop.runtime.stores.ids import check_session_id
 
 Synchronous: TypeAlias = Literal["NORMAL", "FULL"]
 Batch: TypeAlias = Sequence[tuple[str, Sequence[SessionEvent]]]
@@ -206,6 +208,20 @@ def check_continues(session_id: str, events: Sequence[SessionEvent], next_seq: i
                 f"session {session_id!r}: seq {event.seq} does not continue the stored tail "
                 f"(expected seq {next_seq + offset}); another writer may own this session",
             )
+
+
+def parent_of(meta: SessionMeta, seen: frozenset[str], where: str) -> str:
+    """The fork parent to read next; a stored lineage that names an invalid id or loops back
+    is corruption, never a path outside the store or an endless walk."""
+    parent = meta.parent_session
+    assert parent is not None
+    try:
+        check_session_id(parent)
+    except InvalidSessionId as exc:
+        raise SessionCorruptError(where, f"fork parent id is invalid: {exc}") from None
+    if parent in seen or parent == meta.id:
+        raise SessionCorruptError(where, f"fork lineage loops back to {parent!r}")
+    return parent
 
 
 def plan_repair(

@@ -48,6 +48,7 @@ from actorloop.runtime.stores.base import (
     Loaded,
     busy_error,
     check_continues,
+    parent_of,
     plan_repair,
     refuse_live_repair,
     write_guard,
@@ -142,7 +143,9 @@ class JsonlStore:
             raise SessionCorruptError(f"{name}:1", f"meta names session {meta.id!r}")
         return scan_log(data, name, first_seq=meta.seed_length or 0)
 
-    def _seed(self, parent_id: str, length: int, child_log: str) -> list[SessionEvent]:
+    def _seed(
+        self, parent_id: str, length: int, child_log: str, seen: frozenset[str] = frozenset()
+    ) -> list[SessionEvent]:
         """The first `length` events of a fork parent, following its own parents."""
         try:
             data = self._read(parent_id)
@@ -155,7 +158,8 @@ class JsonlStore:
         first = meta.seed_length or 0
         events: list[SessionEvent] = []
         if meta.parent_session is not None:
-            events = self._seed(meta.parent_session, min(length, first), name)
+            grandparent = parent_of(meta, seen | {parent_id}, name)
+            events = self._seed(grandparent, min(length, first), name, seen | {parent_id})
         if length > first:
             events.extend(scan_log(data, name, first_seq=first, limit=length - first).events)
         return events
@@ -238,6 +242,13 @@ class JsonlStore:
 
     def _sync(self, session_ids: Sequence[str]) -> None:
         for session_id in session_ids:
+            broken = self._broken.get(session_id)
+            if broken is not None:
+                # A second fsync after a failed one can succeed although the data is gone:
+                # the session stays failed until a load repairs it.
+                raise StoreError(
+                    f"session {session_id!r} cannot be made durable: {broken}; load it to repair it"
+                )
             tail = self._tails.get(session_id)
             if tail is None or not tail.dirty:
                 continue
@@ -332,7 +343,8 @@ class JsonlStore:
         first = meta.seed_length or 0
         events: list[SessionEvent] = []
         if meta.parent_session is not None:
-            events = self._seed(meta.parent_session, first, str(path))
+            parent = parent_of(meta, frozenset({session_id}), f"{path}:1")
+            events = self._seed(parent, first, str(path), frozenset({session_id}))
         events.extend(scan.events)
 
         def locate(seq: int) -> str:
@@ -348,8 +360,11 @@ class JsonlStore:
                 raise refuse_live_repair(session_id, what)
             size = self._repair(path, scan, fixes)
             self._broken.pop(session_id, None)
+        previous = self._tails.get(session_id)
         tail = self._tails[session_id] = _Tail(size, len(events) + len(fixes))
-        tail.dirty = False
+        # A load must not forget appends this instance has not fsynced yet: the next flush
+        # still owes them an fsync (a repair above fsynced everything it wrote).
+        tail.dirty = previous is not None and previous.dirty and not (scan.torn or fixes)
         return meta, (*events, *fixes)
 
     def _repair(self, path: Path, scan: LogScan, fixes: Sequence[SessionEvent]) -> int:
@@ -417,6 +432,7 @@ class JsonlStore:
             if self._log_path(child_id).exists():
                 raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
             owner = parent_id
+            seen: frozenset[str] = frozenset()
             while True:  # up the fork chain to the log that stores seq `boundary`
                 with self._mapped(owner) as data:
                     name = str(self._log_path(owner))
@@ -425,7 +441,8 @@ class JsonlStore:
                     if meta.parent_session is None or boundary >= first:
                         event = find_event_line(data, name, boundary, first)
                         break
-                owner = meta.parent_session
+                seen = seen | {owner}
+                owner = parent_of(meta, seen, name)
             if event is None:
                 raise SessionForkError(
                     "INVALID_BOUNDARY", f"boundary {boundary} is not a stored seq of {parent_id!r}"

@@ -40,6 +40,7 @@ from actorloop.runtime.stores.base import (
     LeaseTable,
     Loaded,
     check_continues,
+    parent_of,
     plan_repair,
     refuse_live_repair,
     write_guard,
@@ -187,18 +188,23 @@ class SqliteStore:
         return next_seqs
 
     def _events(
-        self, db: sqlite3.Connection, meta: SessionMeta, length: int | None = None
+        self,
+        db: sqlite3.Connection,
+        meta: SessionMeta,
+        length: int | None = None,
+        seen: frozenset[str] = frozenset(),
     ) -> list[SessionEvent]:
         """The first `length` events (all if None), reading fork parents' seeds recursively."""
         first = meta.seed_length or 0
         events: list[SessionEvent] = []
         if meta.parent_session is not None:
-            parent = self._meta(db, meta.parent_session)
+            seen = seen | {meta.id}
+            parent = self._meta(db, parent_of(meta, seen, self._where(meta.id)))
             if parent is None:
                 raise SessionCorruptError(
                     self._where(meta.id), f"fork parent {meta.parent_session!r} is missing"
                 )
-            events = self._events(db, parent, first if length is None else min(length, first))
+            events = self._events(db, parent, first if length is None else min(length, first), seen)
         if length is not None and length <= first:
             return events
         upper = -1 if length is None else length
@@ -326,8 +332,10 @@ class SqliteStore:
             if self._meta(db, child_id) is not None:
                 raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
             owner = parent
+            seen: frozenset[str] = frozenset()
             while owner.parent_session is not None and boundary < (owner.seed_length or 0):
-                owner = self._need_meta(db, owner.parent_session)
+                seen = seen | {owner.id}
+                owner = self._need_meta(db, parent_of(owner, seen, self._where(owner.id)))
             row = db.execute(
                 "SELECT type FROM events WHERE session_id = ? AND seq = ?", (owner.id, boundary)
             ).fetchone()
