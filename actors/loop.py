@@ -114,6 +114,8 @@ class TurnItem:
     meta: Any = None
     done: trio.Event = field(factory=trio.Event)
     result: TurnResult | None = None
+    epoch: int = 0
+    """The agent's cancel epoch when the item was queued (see LoopActor._cancel_epoch)."""
 
     def resolve(self, result: TurnResult) -> None:
         if self.result is None:
@@ -220,6 +222,9 @@ class LoopActor:
         self._current_item: TurnItem | None = None
         self.failure: BaseException | None = None
         self._owned: set[trio.CancelScope] = set()
+        # Bumped by every cancel() that clears the inbox: items queued before it are dropped
+        # even if the channel had already handed them to this task.
+        self._cancel_epoch = 0
         self.meter = TokenMeter(session)
         self._overflow_retries = 0
 
@@ -262,6 +267,7 @@ class LoopActor:
 
     def cancel(self, reason: str | None, keep_inbox: bool) -> None:
         if not keep_inbox:
+            self._cancel_epoch += 1
             self._discard_queued()
             self._cancel_owned()
         scope = self._turn_scope
@@ -328,6 +334,7 @@ class LoopActor:
     async def _submit(self, item: TurnItem) -> TurnResult:
         self._refuse_if_closed()
         mailbox = self._require_mailbox()
+        item.epoch = self._cancel_epoch
         self._work_added()
         try:
             await mailbox.tell(item)
@@ -343,6 +350,7 @@ class LoopActor:
 
     def _enqueue_nowait(self, item: TurnItem) -> None:
         mailbox = self._require_mailbox()
+        item.epoch = self._cancel_epoch
         self._work_added()
         try:
             mailbox.tell_nowait(item)
@@ -394,6 +402,12 @@ class LoopActor:
         self.started.set()
         try:
             async for item in inbox:
+                # A receive hands the item over before this task runs again: a cancel or
+                # dispose in between found neither it in the queue nor a turn scope, so it
+                # is settled here, as the queued item it was when they were called.
+                if self._closed or item.epoch < self._cancel_epoch:
+                    self._finish_item(item, TurnResult(None, "discarded"))
+                    continue
                 self._current_item = item
                 await self._run_item(item)
                 self._current_item = None

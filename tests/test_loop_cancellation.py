@@ -922,3 +922,29 @@ async def test_error_in_a_later_step_names_that_step() -> None:
         unsubscribe()
         assert (last_end(agent).kind, last_end(agent).step) == ("error", 2)
         await next_send_completes(rt, agent, provider)
+
+
+async def test_cancel_right_after_the_inbox_handed_an_item_over_drops_it() -> None:
+    """An idle loop waits in receive(): a queued item is handed to it at once, before it
+    runs. A cancel in that window must still treat the item as queued (dropped)."""
+    provider = ScriptedProvider([reply("later")])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(AgentOptions(model="m"))
+        agent.steer("handed over, not started")  # idle: queued like a send
+        agent.cancel("right away")
+        await agent.wait_idle()
+        assert agent.session.events == ()
+        assert provider.requests == []
+        assert (await agent.send("next")).reason == "completed"
+        assert [m.text for m in provider.requests[0].messages] == ["next"]
+
+
+async def test_dispose_right_after_the_inbox_handed_an_item_over_runs_nothing() -> None:
+    provider = ScriptedProvider([HANG])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(AgentOptions(model="m"))
+        agent.steer("handed over, not started")
+        with trio.fail_after(5):
+            await agent.dispose()
+        assert agent.session.events == ()
+        assert provider.requests == []
