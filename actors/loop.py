@@ -217,7 +217,6 @@ class LoopActor:
         self._step_state: _StepState | None = None
         self._step_number = 0
         self._tool_batch: list[ContextItem] | None = None
-        self._pending_contexts: list[ContextItem] = []
         self._outstanding = 0
         self._current_item: TurnItem | None = None
         self.failure: BaseException | None = None
@@ -369,6 +368,10 @@ class LoopActor:
     def _work_done(self) -> None:
         self._outstanding -= 1
         if self._outstanding == 0:
+            # Idle exactly when no work is left, however the last item ended (ran, or was
+            # discarded by a cancel before it started).
+            if not self._closed:
+                self._set_status("idle")
             self._idle.set()
 
     def _finish_item(self, item: TurnItem, result: TurnResult) -> None:
@@ -423,7 +426,9 @@ class LoopActor:
             if self._current_item is not None:
                 self._finish_item(
                     self._current_item,
-                    TurnResult(self._turn_number, "error", f"agent failed: {self.failure!r}"),
+                    TurnResult(self._turn_number, "error", f"agent failed: {self.failure!r}")
+                    if self.failure is not None
+                    else TurnResult(self._turn_number, "disposed"),
                 )
             self._discard_queued()
             if self.status != "failed":
@@ -444,6 +449,7 @@ class LoopActor:
         self._append("turn/start", TurnStart(turn, Trigger(trigger_kind, item.source)))
         reason: TurnEndReason | None = None
         error: BaseException | None = None
+        reported: BaseException | None = None
         try:
             with scope:
                 try:
@@ -475,16 +481,22 @@ class LoopActor:
                     "disposed" if self._disposing or outer else "aborted",
                     reason=self._cancel_reason,
                 )
-            elif error is not None:
-                log.warning("turn %d of %s failed: %r", turn, self.session.id, error)
-                self.notify("agent/error", error)
+            else:
+                reported = error
             with trio.CancelScope(shield=True):
                 self._close_open_step()
                 self._append("turn/end", TurnEnd(turn, reason))
                 self._turn_number = None
                 await self._flush()
-        if self._outstanding <= 1 and not self._closed:
-            self._set_status("idle")
+        if reported is not None:
+            # After the turn is closed, so what a listener injects cannot land mid-batch.
+            log.warning("turn %d of %s failed: %r", turn, self.session.id, reported)
+            self.notify("agent/error", reported)
+        if self._steering and not self._closed and self._outstanding <= 1:
+            # Steering that arrived in the turn's last step has no next step to join: like a
+            # steer on an idle agent, it starts the next turn (the rest joins its first step).
+            content, source = self._steering.pop(0)
+            self._enqueue_nowait(TurnItem("message", content, source))
         self._finish_item(item, TurnResult(turn, reason.kind, reason.message or reason.reason))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ appends
@@ -670,6 +682,10 @@ class LoopActor:
         assert assembler.finish is not None
         max_tokens = assembler.finish.kind == "max-tokens"
         content = assembler.content(drop_tool_calls=max_tokens)
+        if not max_tokens and any(isinstance(block, ToolCall) for block in content):
+            # From the tool-requesting message on, contexts wait for the batch's last result:
+            # an observer of this very append may inject, and must not split call from result.
+            self._tool_batch = []
         self._append(
             "assistant/message",
             AssistantMessage(
@@ -768,19 +784,17 @@ class LoopActor:
     # ------------------------------------------------------------------ tools
 
     async def _run_tools(self, state: _StepState) -> None:
-        self._tool_batch = []
-        try:
-            for call in state.requested:
-                await trio.lowlevel.checkpoint_if_cancelled()
-                await self._run_one_tool(state, call)
-        finally:
-            batch, self._tool_batch = self._tool_batch, None
-            if state.answered.issuperset(c.id for c in state.requested):
-                for item in batch:
-                    self._append_context(item)
-            else:
-                # The cancel cleanup writes the missing results first, then these contexts.
-                self._pending_contexts = batch
+        for call in state.requested:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            await self._run_one_tool(state, call)
+        # On a cancel or error the batch stays open: the cleanup writes the missing results
+        # first, then these contexts.
+        self._flush_tool_batch()
+
+    def _flush_tool_batch(self) -> None:
+        batch, self._tool_batch = self._tool_batch, None
+        for item in batch or ():
+            self._append_context(item)
 
     async def _run_one_tool(self, state: _StepState, call: ToolCall) -> None:
         info = ToolCallInfo(state.turn, state.step, call.id, call.name, call.arguments)
@@ -886,9 +900,7 @@ class LoopActor:
                     "The turn was cancelled before this tool call started.",
                 )
             self._log_result(state, evolve(outcome, additional_context=()))
-        pending, self._pending_contexts = self._pending_contexts, []
-        for item in pending:
-            self._append_context(item)
+        self._flush_tool_batch()
         self._end_step()
 
     # ------------------------------------------------------------------ compaction

@@ -136,9 +136,11 @@ class Runtime:
                             owned.cancel_scope.cancel()
                 finally:
                     with trio.CancelScope(shield=True):
-                        await codec.aclose()
-                        for provider in all_providers.values():
-                            await _close_provider(provider)
+                        try:
+                            await codec.aclose()
+                        finally:
+                            for provider in all_providers.values():
+                                await _close_provider(provider)
                     services.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -222,10 +224,12 @@ class Runtime:
         source_loop = self._loops.get(session_id)
         if source_loop is None:
             return await self._fork_stored(session_id, boundary, child_id, options)
-        await source_loop.flush()
         options = options or source_loop.options
         provider = self.provider_for(options)
+        # Fork first, then flush: the flush covers every event the child's seed holds, even
+        # if the source appends more while it runs.
         child = source_loop.session.fork(boundary, child_id)
+        await source_loop.flush()
         await self._refuse_existing(child.id)
         lease = self._claim(child.id)
         try:
@@ -355,7 +359,10 @@ class Runtime:
             f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
         )
         loop.attach(mailbox, partial(self._supervisor.stop, mailbox))
-        await loop.started.wait()
+        # Shielded: once spawned, the loop is registered and must reach its caller, who owns
+        # disposing it; a cancel here would leave a live agent nobody holds.
+        with trio.CancelScope(shield=True):
+            await loop.started.wait()
         return loop.agent
 
     def _loop_finished(self, loop: LoopActor) -> None:

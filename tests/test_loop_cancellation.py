@@ -25,6 +25,7 @@ from actorloop.runtime import (
     Text,
     Tool,
     ToolResult,
+    max_tokens_reply,
     reply,
     tool_call,
     tool_calls,
@@ -720,24 +721,54 @@ async def test_runtime_shutdown_mid_turn_writes_turn_end_disposed() -> None:
     Session.from_events("replay", agent.session.events)
 
 
-async def test_status_returns_to_idle_when_steering_is_left_over() -> None:
+async def test_steering_kept_by_a_cancel_starts_the_next_turn() -> None:
+    """Steering kept by cancel(keep_inbox=True) has no next step in the cancelled turn: like
+    a steer on an idle agent, it starts a turn of its own, and the agent then goes idle."""
+
     async def steer_then_cancel(args: dict[str, Any], ctx: Any) -> str:
         ctx.agent.steer("later")
         ctx.agent.cancel("stop", keep_inbox=True)
         return "r"
 
     tool = Tool("probe", "", {"type": "object"}, steer_then_cancel)
-    provider = ScriptedProvider([tool_call("a", "probe", {})])
+    provider = ScriptedProvider([tool_call("a", "probe", {}), reply("about later")])
     statuses: list[str] = []
     async with open_runtime(provider) as rt:
         agent = await rt.spawn(options(tool))
         agent.on("agent/status", lambda a, status: statuses.append(status))
         assert (await agent.send("go")).reason == "aborted"
+        await agent.wait_idle()
         assert agent.status == "idle" and statuses == ["running", "idle"]
+        ends = [(e.data.turn, e.data.reason.kind) for e in of_type(agent, "turn/end")]
+        assert ends == [(1, "aborted"), (2, "completed")]
+        users = [(e.seq, e.data.content) for e in of_type(agent, "user/message")]
+        assert users[-1][1] == (Text("later"),)
+        assert Message.user("later") in provider.requests[-1].history
         await next_send_completes(rt, agent, provider)
-        # The kept steering item is drained at the next turn's first step.
-        steering = of_type(agent, "steering/message")
-        assert [(e.data.turn, e.data.content) for e in steering] == [(2, (Text("later"),))]
+
+
+async def test_steering_in_the_last_step_is_not_stranded() -> None:
+    """A steer that lands during a call whose answer ends the turn (max-tokens: no next
+    step) still reaches the model, in a turn of its own."""
+
+    def steer_during_call(request: Any) -> Any:
+        agent_ref[0].steer("one more thing")
+        return max_tokens_reply("cut short")
+
+    agent_ref: list[Agent] = []
+    provider = ScriptedProvider([steer_during_call, reply("about that thing")])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(options())
+        agent_ref.append(agent)
+        assert (await agent.send("go")).reason == "max-tokens"
+        await agent.wait_idle()
+        assert len(provider.requests) == 2
+        assert [e.data.reason.kind for e in of_type(agent, "turn/end")] == [
+            "max-tokens",
+            "completed",
+        ]
+        assert Message.user("one more thing") in provider.requests[1].history
+        assert agent.status == "idle"
 
 
 # ---------------------------------------------------------------- errors and cancellation
@@ -948,3 +979,50 @@ async def test_dispose_right_after_the_inbox_handed_an_item_over_runs_nothing() 
             await agent.dispose()
         assert agent.session.events == ()
         assert provider.requests == []
+
+
+async def test_inject_from_an_observer_of_the_tool_request_waits_for_the_results() -> None:
+    async def echo(args: dict[str, Any], ctx: Any) -> str:
+        return "tool output"
+
+    provider = ScriptedProvider([tool_call("c1", "echo", {}), reply("done")])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(options(Tool("echo", "", {"type": "object"}, echo)))
+
+        def observer(a: Any, event: Any) -> None:
+            if event.type == "assistant/message" and event.data.step == 1:
+                a.inject("plugin note", source="watcher")
+
+        agent.on("session/event", observer)
+        await agent.send("go")
+        kinds = [e.type for e in agent.session.events if e.type != "assistant/chunk"]
+        at = kinds.index("assistant/message")
+        assert kinds[at : at + 4] == [
+            "assistant/message",
+            "tool/call",
+            "tool/result",
+            "context/message",
+        ]
+        roles = [[type(b).__name__ for b in m.content] for m in provider.requests[1].history]
+        assert roles[-2:] == [["ToolResult"], ["Text"]]
+
+
+async def test_inject_from_agent_error_lands_after_the_closed_batch() -> None:
+    async def ok(args: dict[str, Any], ctx: Any) -> str:
+        return "ok"
+
+    async def bad_post(a: Any, value: Any, next: Any) -> Any:
+        return "not an outcome"
+
+    provider = ScriptedProvider([tool_calls(("c1", "ok", {}), ("c2", "ok", {}))])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(options(Tool("ok", "", {"type": "object"}, ok)))
+        agent.on("tools/post-execute", bad_post)
+        agent.on("agent/error", lambda a, exc: a.inject("error note", source="watcher"))
+        assert (await agent.send("go")).reason == "error"
+        await agent.wait_idle()
+        kinds = [e.type for e in agent.session.events if e.type != "assistant/chunk"]
+        first_call = kinds.index("tool/call")
+        batch = kinds[first_call : kinds.index("step/end")]
+        assert "context/message" not in batch
+        assert kinds[-3:] == ["turn/start", "context/message", "turn/end"]

@@ -351,3 +351,17 @@ async def test_parent_cancel_or_dispose_cancels_its_background_child(how: str) -
         if how == "cancel":
             assert (await parent.send("still there?")).reason == "completed"
             assert closed(parent.session.events)
+
+
+async def test_a_child_spawned_as_the_parent_is_cancelled_does_not_outlive_the_tool() -> None:
+    router = Router({"P": [tool_call("c1", "delegate", {"task": "sub"}), reply("x")]})
+    async with open_runtime(router) as rt:
+        parent = await rt.spawn(options(rt), session_id="P")
+
+        def cancel_parent_on_child_start(agent: Any, kind: str) -> None:
+            if agent.id != parent.id:
+                parent.cancel("user pressed stop")
+
+        rt.on("agent/session-start", cancel_parent_on_child_start)
+        assert (await parent.send("go")).reason == "aborted"
+        await wait_until(lambda: [a.id for a in rt.agents] == ["P"])
