@@ -492,3 +492,57 @@ async def test_cancel_mid_stream_stops_cleanly(server: SseServer, waits: Waits) 
             scope.cancel()
     assert seen == [BlockStart(0, "text")]
     assert len(server.requests) == 1
+
+
+async def test_tool_call_deltas_without_index_are_told_apart_by_id(
+    server: SseServer, waits: Waits
+) -> None:
+    """Some OpenAI-compatible servers omit `index`: a new id is a new call, and argument
+    deltas without an id continue the latest call."""
+    server.push(
+        openai_stream(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "id": "a",
+                                    "type": "function",
+                                    "function": {"name": "f", "arguments": '{"x"'},
+                                }
+                            ]
+                        },
+                    }
+                ]
+            },
+            {
+                "choices": [
+                    {"index": 0, "delta": {"tool_calls": [{"function": {"arguments": ": 1}"}}]}}
+                ]
+            },
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "id": "b",
+                                    "type": "function",
+                                    "function": {"name": "g", "arguments": "{}"},
+                                }
+                            ]
+                        },
+                    }
+                ]
+            },
+            finish("tool_calls"),
+        )
+    )
+    chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
+    assembler = ChunkAssembler()
+    for chunk in chunks:
+        assembler.feed(chunk)
+    assert assembler.content() == (ToolCall("a", "f", '{"x": 1}'), ToolCall("b", "g", "{}"))

@@ -182,6 +182,8 @@ class _ChatStreamMapper:
         self._next_index = 0
         self._open: tuple[BlockKind, int] | None = None
         self._tools: dict[int, int] = {}
+        self._tool_ids: dict[int, str] = {}
+        self._latest_tool: int | None = None
         self._with_args: set[int] = set()
         self.finish_reason: str | None = None
         self.usage: TokenUsage | None = None
@@ -233,7 +235,7 @@ class _ChatStreamMapper:
 
     def _tool_delta(self, call: Mapping[str, Any]) -> list[StreamChunk]:
         out: list[StreamChunk] = []
-        wire_index = int(call.get("index") or 0)
+        wire_index = self._wire_index(call)
         function = call.get("function") or {}
         block = self._tools.get(wire_index)
         if block is None:
@@ -247,12 +249,25 @@ class _ChatStreamMapper:
             block = self._allocate()
             self._tools[wire_index] = block
             call_id = call.get("id") or f"call_{wire_index}"
+            self._tool_ids[wire_index] = call_id
             out.append(BlockStart(block, "tool_call", call_id=call_id, name=name))
+        self._latest_tool = wire_index
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             self._with_args.add(block)
             out.append(ToolCallDelta(block, arguments))
         return out
+
+    def _wire_index(self, call: Mapping[str, Any]) -> int:
+        index = call.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            return index
+        # Some OpenAI-compatible servers omit `index`: a delta with a new id starts a new
+        # call; one without an id continues the latest call (never merge two calls' args).
+        call_id = call.get("id")
+        if self._latest_tool is None or (call_id and call_id not in self._tool_ids.values()):
+            return max(self._tools, default=-1) + 1
+        return self._latest_tool
 
     def _close_all(self) -> list[StreamChunk]:
         out = self._close_open()

@@ -133,10 +133,13 @@ class SqliteStore:
             db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 result = work(db)
+                db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                # Also after a failed COMMIT (e.g. SQLITE_FULL): leaving the transaction
+                # open would keep the write lock and block every later BEGIN.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
-            db.execute("COMMIT")
             return result
 
         return self._locked(run)
