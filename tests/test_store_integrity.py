@@ -119,3 +119,20 @@ async def test_jsonl_flush_after_a_failed_fsync_keeps_failing(
         await store.flush("s1")
     with pytest.raises(StoreError, match="cannot be made durable"):
         await store.close()
+
+
+async def test_a_symlinked_sqlite_path_shares_the_writer_lease(tmp_path: Path) -> None:
+    from actorloop.runtime.errors import SessionBusy
+
+    real = SqliteStore(tmp_path / "real.db")
+    await real.create(SessionMeta("s1"))
+    (tmp_path / "alias.db").symlink_to(tmp_path / "real.db")
+    alias = SqliteStore(tmp_path / "alias.db")
+    lease = real.claim("s1")
+    try:
+        with pytest.raises(SessionBusy):
+            alias.claim("s1")
+    finally:
+        lease.release()
+        await real.close()
+        await alias.close()

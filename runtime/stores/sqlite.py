@@ -82,7 +82,9 @@ class SqliteStore:
         self.path = Path(path)
         self.synchronous = mode
         self.url = f"sqlite:{self.path}?synchronous={mode}"
-        locks = self.path.with_name(self.path.name + ".locks")
+        # Beside the real file: two paths (symlinks) to one database share one lease table.
+        real = self.path.resolve()
+        locks = real.with_name(real.name + ".locks")
         self._leases = LeaseTable(lambda session_id: locks / f"{session_id}.lock")
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
