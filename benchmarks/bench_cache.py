@@ -31,6 +31,7 @@ from actorloop.runtime.header import LlmCallConfig, ToolSchema
 from actorloop.runtime.messages import Message
 from actorloop.runtime.providers.sim import SimMode, SimProvider
 from actorloop.runtime.request import Request
+from benchmarks.filler import filler
 
 TURNS = 50
 PREFIX_TOKENS = 4_000
@@ -69,20 +70,6 @@ TOOLS = (
     ),
     ToolSchema("run_tests", "Run the test suite", {"type": "object", "properties": {}}),
 )
-_WORDS = (
-    "module", "function", "test", "refactor", "cache", "parser", "loop", "session", "store",
-    "schema", "retry", "stream", "token", "header", "prefix", "history", "summary", "agent",
-)  # fmt: skip
-
-
-def _filler(rng: random.Random, chars: int) -> str:
-    words: list[str] = []
-    size = 0
-    while size < chars:
-        word = rng.choice(_WORDS)
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)[:chars]
 
 
 def _prefix_text() -> str:
@@ -92,7 +79,7 @@ def _prefix_text() -> str:
     size = 0
     index = 0
     while size < PREFIX_TOKENS * 4:
-        line = f"- skill {index:03d}: {_filler(rng, 60)}\n"
+        line = f"- skill {index:03d}: {filler(rng, 60)}\n"
         lines.append(line)
         size += len(line)
         index += 1
@@ -104,13 +91,13 @@ PREFIX = Message.user(_prefix_text())
 
 def _user_text(turn: int) -> str:
     rng = random.Random(turn)
-    return f"Turn {turn}: " + _filler(rng, rng.randrange(160, 480))
+    return f"Turn {turn}: " + filler(rng, rng.randrange(160, 480))
 
 
 def _summary(count: int, turn: int) -> str:
     rng = random.Random(10_000 + count)
     head = f"Summary {count} of the conversation up to turn {turn}: "
-    return head + _filler(rng, SUMMARY_TOKENS * 4 - len(head))
+    return head + filler(rng, SUMMARY_TOKENS * 4 - len(head))
 
 
 @frozen

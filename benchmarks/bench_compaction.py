@@ -45,6 +45,7 @@ from actorloop.runtime.request import Request
 from actorloop.runtime.runtime import Runtime
 from actorloop.runtime.session import Session
 from actorloop.runtime.tokens import estimate_messages, estimate_system, estimate_tools
+from benchmarks.filler import filler
 
 TURNS = 200
 PREFIX_TOKENS = 3_000
@@ -61,20 +62,6 @@ SYSTEM = (
     "You are a coding agent working in a repository. Read files before editing them, keep "
     "changes small, run the tests after each change, and explain what you did briefly."
 )
-_WORDS = (
-    "module", "function", "test", "refactor", "cache", "parser", "loop", "session", "store",
-    "schema", "retry", "stream", "token", "header", "prefix", "history", "summary", "agent",
-)  # fmt: skip
-
-
-def _filler(rng: random.Random, chars: int) -> str:
-    words: list[str] = []
-    size = 0
-    while size < chars:
-        word = rng.choice(_WORDS)
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)[:chars]
 
 
 def _prefix() -> tuple[Message, ...]:
@@ -86,7 +73,7 @@ def _prefix() -> tuple[Message, ...]:
     messages = []
     for title in titles:
         head = f"{title}:\n"
-        messages.append(Message.user(head + _filler(rng, each * 4 - len(head))))
+        messages.append(Message.user(head + filler(rng, each * 4 - len(head))))
     return tuple(messages)
 
 
@@ -95,7 +82,7 @@ PREFIX = _prefix()
 
 async def _read_file(args: dict[str, Any], ctx: Any) -> str:
     rng = random.Random(f"file:{ctx.turn}")
-    return f"# {args.get('path', 'file')} (turn {ctx.turn})\n" + _filler(rng, TOOL_RESULT_CHARS)
+    return f"# {args.get('path', 'file')} (turn {ctx.turn})\n" + filler(rng, TOOL_RESULT_CHARS)
 
 
 READ_FILE = Tool(
@@ -108,7 +95,7 @@ READ_FILE = Tool(
 
 def _user_text(turn: int) -> str:
     rng = random.Random(turn)
-    text = f"Turn {turn}: " + _filler(rng, rng.randrange(160, 480))
+    text = f"Turn {turn}: " + filler(rng, rng.randrange(160, 480))
     if turn % TOOL_EVERY == 0:
         text += " call:read_file"
     return text
@@ -119,8 +106,8 @@ def _output(request: Request) -> str:
     rng = random.Random(len(request.messages))
     if request.one_shot:
         head = f"Summary of {len(request.history) - 1} messages: "
-        return head + _filler(rng, SUMMARY_TOKENS * 4 - len(head))
-    return _filler(rng, OUTPUT_TOKENS * 4)
+        return head + filler(rng, SUMMARY_TOKENS * 4 - len(head))
+    return filler(rng, OUTPUT_TOKENS * 4)
 
 
 def _row(usage: TokenUsage | None) -> dict[str, int] | None:
