@@ -3,7 +3,6 @@ and against the SimProvider's cache model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,12 +34,6 @@ def lookup_tool(calls: list[dict[str, Any]]) -> Tool:
         return f"found {args['q']}"
 
     return Tool("lookup", "Find a word", LOOKUP_SCHEMA, execute)
-
-
-@pytest.fixture
-def server() -> Iterator[SseServer]:
-    with SseServer() as srv:
-        yield srv
 
 
 def usages(agent: Any) -> list[TokenUsage]:

@@ -6,7 +6,7 @@ import logging
 import pickle
 import socket
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from sse_server import Reply, SseServer, anthropic_stream, json_reply, openai_stream
@@ -57,12 +57,6 @@ STREAM_ECHO = {
         {"type": "error", "error": {"type": "api_error", "message": f"key {KEY} revoked"}}
     ),
 }
-
-
-@pytest.fixture
-def server() -> Iterator[SseServer]:
-    with SseServer() as srv:
-        yield srv
 
 
 @pytest.fixture(params=sorted(FACTORIES))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from provider_kit import PREFIX, TOOLS, Waits
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, anthropic_stream, json_reply
 
 from actorloop.codecs.jsonvalue import canonical_json
@@ -31,34 +31,6 @@ from actorloop.runtime.request import Request
 
 KEY = "sk-ant-test-key-0002"
 EPHEMERAL = {"type": "ephemeral"}
-TOOLS = (
-    ToolSchema(
-        "lookup", "Find a word", {"type": "object", "properties": {"q": {"type": "string"}}}
-    ),
-    ToolSchema("now"),
-)
-PREFIX = (Message.user("catalogue: skills A, B"), Message.assistant("noted"))
-
-
-class Waits:
-    """Injected backoff sleep: records each wait instead of sleeping."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-
-
-@pytest.fixture
-def server() -> Iterator[SseServer]:
-    with SseServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def waits() -> Waits:
-    return Waits()
 
 
 def anthropic(server: SseServer, waits: Waits, **kwargs: Any) -> AnthropicProvider:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import trio
+from provider_kit import PREFIX, TOOLS, Waits
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, json_reply, openai_stream
 
 from actorloop.codecs.jsonvalue import canonical_json
@@ -26,41 +26,13 @@ from actorloop.runtime.chunks import (
     UsageReport,
 )
 from actorloop.runtime.errors import ProviderError
-from actorloop.runtime.header import LlmCallConfig, ToolSchema
+from actorloop.runtime.header import LlmCallConfig
 from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.request import Request
 
 KEY = "sk-test-openai-key-0001"
-TOOLS = (
-    ToolSchema(
-        "lookup", "Find a word", {"type": "object", "properties": {"q": {"type": "string"}}}
-    ),
-    ToolSchema("now"),
-)
-PREFIX = (Message.user("catalogue: skills A, B"), Message.assistant("noted"))
-
-
-class Waits:
-    """Injected backoff sleep: records each wait instead of sleeping."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-
-
-@pytest.fixture
-def server() -> Iterator[SseServer]:
-    with SseServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def waits() -> Waits:
-    return Waits()
 
 
 def openai(server: SseServer, waits: Waits, **kwargs: Any) -> OpenAIChatProvider:
