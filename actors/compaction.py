@@ -12,6 +12,7 @@ import trio
 from attrs import define, field, frozen
 
 from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo, TokenUsage
+from actorloop.runtime.errors import CompactionFailed, ErrorCode
 from actorloop.runtime.events import (
     CompactionEnd,
     CompactionPrune,
@@ -46,14 +47,6 @@ INSTRUCTION = (
 PRUNE_OVER = 8192
 PRUNE_HEAD = 4096
 PRUNE_TAIL = 1024
-
-
-class CompactionFailed(Exception):
-    """The summarizer call failed closed (error, cancel, max-tokens, empty or too long)."""
-
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @frozen
@@ -150,13 +143,13 @@ class CompactionActor:
             except Exception as exc:
                 pending.error = exc
         if pending.outcome is None and pending.error is None:
-            pending.error = CompactionFailed("summarizer call was cancelled", "CANCELLED")
+            pending.error = CompactionFailed("summarizer call was cancelled", ErrorCode.CANCELLED)
         pending.done.set()
 
     async def summarize(self, job: SummaryJob) -> SummaryOutcome:
         """Ask the actor for a summary; a cancel of the caller cancels the job too."""
         if self._mailbox is None:
-            raise CompactionFailed("the compaction actor is not running", "NOT_RUNNING")
+            raise CompactionFailed("the compaction actor is not running", ErrorCode.NOT_RUNNING)
         pending = _Pending(job)
         try:
             await self._mailbox.tell(pending)
@@ -304,11 +297,13 @@ class CompactionActor:
                 raise CompactionFailed(
                     f"summary ({summary_tokens} tokens) is not smaller than the "
                     f"{region.tokens} tokens it would replace",
-                    "SUMMARY_TOO_LARGE",
+                    ErrorCode.SUMMARY_TOO_LARGE,
                 )
         except BaseException as exc:
             code = getattr(exc, "code", None) or (
-                "CANCELLED" if isinstance(exc, trio.Cancelled) else "COMPACTION_FAILED"
+                ErrorCode.CANCELLED
+                if isinstance(exc, trio.Cancelled)
+                else ErrorCode.COMPACTION_FAILED
             )
             loop.append(
                 "compaction/end",
@@ -388,16 +383,18 @@ async def _summarize(job: SummaryJob) -> SummaryOutcome:
         assembler.feed(chunk)
     finish = assembler.finish
     if finish is None:
-        raise CompactionFailed("summarizer stream ended without a finish", "STREAM_INCOMPLETE")
+        raise CompactionFailed(
+            "summarizer stream ended without a finish", ErrorCode.STREAM_INCOMPLETE
+        )
     if finish.kind == "error":
         error = finish.error
         raise CompactionFailed(
             error.message if error else "summarizer error",
-            (error.code if error else None) or "PROVIDER_ERROR",
+            (error.code if error else None) or ErrorCode.PROVIDER_ERROR,
         )
     if finish.kind == "max-tokens":
-        raise CompactionFailed("summarizer hit max tokens", "SUMMARY_TRUNCATED")
+        raise CompactionFailed("summarizer hit max tokens", ErrorCode.SUMMARY_TRUNCATED)
     text = "".join(block.text for block in assembler.content() if isinstance(block, Text)).strip()
     if not text:
-        raise CompactionFailed("summarizer returned no text", "SUMMARY_EMPTY")
+        raise CompactionFailed("summarizer returned no text", ErrorCode.SUMMARY_EMPTY)
     return SummaryOutcome(text, assembler.usage)

@@ -15,7 +15,7 @@ from actorloop.codecs.converter import structure_as, unstructure
 from actorloop.codecs.jsonvalue import freeze_json, freeze_object
 from actorloop.runtime.agent import Agent, AgentStatus
 from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo
-from actorloop.runtime.errors import ActorStopped, AgentClosed, InboxFull, ProviderError
+from actorloop.runtime.errors import ActorStopped, AgentClosed, ErrorCode, InboxFull, ProviderError
 from actorloop.runtime.events import (
     APPEND,
     AssistantChunk,
@@ -672,10 +672,12 @@ class LoopActor:
             finish = assembler.finish
             if finish is None:
                 failure = ErrorInfo(
-                    "provider stream ended without a finish chunk", "STREAM_INCOMPLETE"
+                    "provider stream ended without a finish chunk", ErrorCode.STREAM_INCOMPLETE
                 )
             elif finish.kind == "error":
-                failure = finish.error or ErrorInfo("provider reported an error", "PROVIDER_ERROR")
+                failure = finish.error or ErrorInfo(
+                    "provider reported an error", ErrorCode.PROVIDER_ERROR
+                )
         if failure is not None:
             return await self._request_failed(state, failure)
 
@@ -762,7 +764,7 @@ class LoopActor:
         self._end_step()
         retry = False
         if (
-            failure.code == "CONTEXT_WINDOW_EXCEEDED"
+            failure.code == ErrorCode.CONTEXT_WINDOW_EXCEEDED
             and self._compactor is not None
             and self._overflow_retries < self.options.compaction.max_overflow_retries
             and self.session_prefix is not None
@@ -803,7 +805,8 @@ class LoopActor:
         if isinstance(decision, Deny):
             self._log_call(state, info)
             self._log_result(
-                state, _error_outcome(info, "TOOL_DENIED", f"Tool call denied: {decision.reason}")
+                state,
+                _error_outcome(info, ErrorCode.TOOL_DENIED, f"Tool call denied: {decision.reason}"),
             )
             return
         if isinstance(decision, ToolCallInfo):
@@ -853,20 +856,20 @@ class LoopActor:
 
         tool = self.options.tool_map().get(info.name)
         if tool is None:
-            return failed("TOOL_NOT_FOUND", f"No tool named {info.name!r} is available.")
+            return failed(ErrorCode.TOOL_NOT_FOUND, f"No tool named {info.name!r} is available.")
         try:
             args = orjson.loads(info.arguments or "{}")
         except orjson.JSONDecodeError as exc:
-            return failed("INVALID_ARGUMENTS", f"Arguments are not valid JSON: {exc}")
+            return failed(ErrorCode.INVALID_ARGUMENTS, f"Arguments are not valid JSON: {exc}")
         if not isinstance(args, dict):
-            return failed("INVALID_ARGUMENTS", "Arguments must be a JSON object.")
+            return failed(ErrorCode.INVALID_ARGUMENTS, "Arguments must be a JSON object.")
         ctx = ToolContext(self.agent, info.call_id, self._require_scope(), state.turn, state.step)
         state.started.add(info.call_id)
         try:
             output = await tool.execute(args, ctx)
             content = _tool_text(output)
         except Exception as exc:
-            return failed("TOOL_FAILED", f"{type(exc).__name__}: {exc}")
+            return failed(ErrorCode.TOOL_FAILED, f"{type(exc).__name__}: {exc}")
         outcome = ToolOutcome(
             state.turn, state.step, info.call_id, info.name, info.arguments, content
         )
@@ -891,12 +894,12 @@ class LoopActor:
                 outcome = state.finished[call.id]
             elif call.id in state.started:
                 outcome = _error_outcome(
-                    info, "TOOL_CANCELLED", "The tool call was cancelled while running."
+                    info, ErrorCode.TOOL_CANCELLED, "The tool call was cancelled while running."
                 )
             else:
                 outcome = _error_outcome(
                     info,
-                    "TOOL_ABORTED_BEFORE_DISPATCH",
+                    ErrorCode.TOOL_ABORTED_BEFORE_DISPATCH,
                     "The turn was cancelled before this tool call started.",
                 )
             self._log_result(state, evolve(outcome, additional_context=()))

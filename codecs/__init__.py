@@ -1,5 +1,5 @@
-"""Pure data <-> bytes: JSON value discipline, canonical JSON, the cattrs converter, framing."""
+"""Pure data <-> bytes: JSON value discipline, canonical JSON, the cattrs converter, framing.
 
-# The converter registers hooks for runtime's plain data classes; loading the runtime package
-# first makes `import actorloop.codecs.converter` work in either import order.
-from actorloop import runtime as _runtime  # noqa: F401
+The bottom of the package with the data model it encodes: importing a codec loads no
+actor, no provider and no HTTP client (docs/ARCHITECTURE.md).
+"""

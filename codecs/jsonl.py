@@ -24,7 +24,7 @@ from actorloop.runtime.errors import (
     SessionFormatUnsupported,
 )
 from actorloop.runtime.events import SessionEvent, TurnEnd
-from actorloop.runtime.session import SessionMeta
+from actorloop.runtime.meta import SessionMeta
 
 LogBuffer: TypeAlias = bytes | mmap.mmap
 """A whole log file's bytes, or an mmap of it (read by slicing and find/rfind only)."""

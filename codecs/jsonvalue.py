@@ -15,19 +15,12 @@ from typing import Any, NoReturn, TypeAlias
 
 import orjson
 
+from actorloop.runtime.errors import JsonValueError
+
 MAX_SAFE_INT = 2**53 - 1
 
 JsonValue: TypeAlias = Any
 """A value made only of None, bool, str, finite int/float, tuple and FrozenDict."""
-
-
-class JsonValueError(ValueError):
-    """A value is not losslessly representable as JSON; `path` names where."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"not JSON-representable at {path}: {problem}")
-        self.path = path
-        self.problem = problem
 
 
 class FrozenDict(dict[str, Any]):

@@ -14,7 +14,7 @@ from actorloop.codecs.converter import decode_event, encode_event
 from actorloop.codecs.jsonvalue import JsonValueError, canonical_json, freeze_object
 from actorloop.runtime.errors import SessionFormatError, SessionFormatUnsupported
 from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.session import FORMAT_VERSION, SessionMeta
+from actorloop.runtime.meta import FORMAT_VERSION, SessionMeta
 
 EventRow = tuple[str, int, str, int, bytes]
 """`events(session_id, seq, type, time, body)`; `body` is the canonical event JSON."""

@@ -6,6 +6,7 @@ from typing import Literal, TypeAlias
 
 from attrs import frozen
 
+from actorloop.runtime.errors import StreamProtocolError
 from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall
 
 BlockKind: TypeAlias = Literal["text", "reasoning", "tool_call"]
@@ -93,10 +94,6 @@ class Finish:
 StreamChunk: TypeAlias = (
     BlockStart | TextDelta | ReasoningDelta | ToolCallDelta | BlockEnd | UsageReport | Finish
 )
-
-
-class StreamProtocolError(ValueError):
-    """A provider stream broke the chunk grammar (delta for an unknown block, ...)."""
 
 
 class _OpenBlock:

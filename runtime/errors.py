@@ -1,13 +1,109 @@
-"""Typed exceptions raised by the public API; each names what was wrong and where."""
+"""Every exception actorloop raises on purpose, and every stable error code, in one place.
+
+The tree (each class also derives from the builtin named in brackets, so generic handlers
+keep working)::
+
+    ActorloopError
+    ├── SessionError                   one session's log, lineage or id
+    │   ├── SessionValidationError     [ValueError] an append breaks a log rule; nothing changed
+    │   ├── SessionFormatError         [ValueError] stored bytes do not decode into an event
+    │   ├── SessionFormatUnsupported   a newer or unknown format version; refused, not repaired
+    │   ├── SessionCorruptError        damage a load cannot repair by cutting a torn tail
+    │   ├── SessionNotFound            [KeyError] no such session in the store
+    │   ├── SessionExists              a session with that id is already stored
+    │   ├── SessionBusy                another live writer owns the session
+    │   ├── SessionForkError           a fork was refused; `.code` is a fork code
+    │   ├── InvalidSessionId           [ValueError] unusable as a file name or key
+    │   └── HeaderFoldError            [ValueError] a header delta has nothing to apply to
+    ├── ContentError                   [TypeError] content is not a str or a tuple of blocks
+    ├── JsonValueError                 [ValueError] a value has no lossless JSON form
+    ├── ToolOrderError                 [ValueError] `tool_order` names an unknown tool
+    ├── AgentError                     a call on an agent handle was refused
+    │   ├── AgentClosed                the agent was disposed or failed
+    │   └── InboxFull                  a synchronous enqueue met a full inbox
+    ├── RuntimeClosed                  the runtime is shutting down; it starts nothing
+    ├── ProviderNotConfigured          [LookupError] no provider of that name in the runtime
+    ├── ProviderSpecError              [ValueError] a provider spec string names nothing known
+    ├── ProviderError                  a model call failed; `.code` is a provider code
+    │   ├── TransientProviderError     retryable, before the first streamed byte
+    │   └── ScriptExhausted            a ScriptedProvider ran out of entries
+    ├── StreamProtocolError            [ValueError] a provider stream broke the chunk grammar
+    ├── CompactionFailed               the summarizer failed closed; `.code` says how
+    ├── SubagentError                  a child agent could not answer its parent's call
+    ├── StoreError                     the durable store failed; barriers fail closed
+    │   └── StoreUrlError              [ValueError] a store URL this build does not understand
+    ├── HookError                      a listener broke the hook protocol
+    │   └── UnknownHookError           [KeyError] no hook by that name
+    ├── ActorStopped                   an actor ended before taking a message or answering
+    ├── InvariantViolation             [AssertionError] a request is not what the log rebuilds
+    ├── VerificationFailed             a stored log fails offline verification
+    └── WorkloadError                  [ValueError] a workload file does not match its schema
+
+Codes are the stable strings recorded in logs and shown to callers (`ErrorCode`); every
+code actorloop writes is a member of it, so one grep finds every place that uses it.
+"""
 
 from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Stable error codes. Members compare equal to their plain string value."""
+
+    # fork refusals (SessionForkError.code) — docs/spec/fork-resume.md
+    INVALID_BOUNDARY = "INVALID_BOUNDARY"
+    OPEN_TURN = "OPEN_TURN"
+    SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
+    SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS"
+
+    # tool results written by the loop or by crash repair (tool/result error.code)
+    TOOL_DENIED = "TOOL_DENIED"
+    TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    TOOL_FAILED = "TOOL_FAILED"
+    TOOL_CANCELLED = "TOOL_CANCELLED"
+    TOOL_ABORTED_BEFORE_DISPATCH = "TOOL_ABORTED_BEFORE_DISPATCH"
+    TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
+    TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+
+    # model calls (ProviderError.code, finish errors, turn/end error.code)
+    RATE_LIMITED = "RATE_LIMITED"
+    AUTHENTICATION = "AUTHENTICATION"
+    CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    INSUFFICIENT_QUOTA = "INSUFFICIENT_QUOTA"
+    OVERLOADED = "OVERLOADED"
+    PROVIDER_ERROR = "PROVIDER_ERROR"
+    TIMEOUT = "TIMEOUT"
+    CONNECTION_ERROR = "CONNECTION_ERROR"
+    STREAM_INTERRUPTED = "STREAM_INTERRUPTED"
+    STREAM_INCOMPLETE = "STREAM_INCOMPLETE"
+    CONTENT_FILTERED = "CONTENT_FILTERED"
+    PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
+
+    # compaction (compaction/end error.code, CompactionFailed.code)
+    CANCELLED = "CANCELLED"
+    COMPACTION_FAILED = "COMPACTION_FAILED"
+    SUMMARY_TOO_LARGE = "SUMMARY_TOO_LARGE"
+    SUMMARY_TRUNCATED = "SUMMARY_TRUNCATED"
+    SUMMARY_EMPTY = "SUMMARY_EMPTY"
+    NOT_RUNNING = "NOT_RUNNING"
 
 
 class ActorloopError(Exception):
     """Base of every error actorloop raises on purpose."""
 
 
-class SessionValidationError(ActorloopError, ValueError):
+# ---------------------------------------------------------------------- sessions
+
+
+class SessionError(ActorloopError):
+    """Something is wrong with one session: its log, its lineage or its id."""
+
+
+class SessionValidationError(SessionError, ValueError):
     """An append (or a loaded event) breaks a log rule; nothing was changed."""
 
     def __init__(self, seq: int, rule: str) -> None:
@@ -16,7 +112,7 @@ class SessionValidationError(ActorloopError, ValueError):
         self.rule = rule
 
 
-class SessionFormatError(ActorloopError, ValueError):
+class SessionFormatError(SessionError, ValueError):
     """Stored bytes cannot be decoded into a valid event (names the seq or location)."""
 
     def __init__(self, where: str, problem: str) -> None:
@@ -25,11 +121,11 @@ class SessionFormatError(ActorloopError, ValueError):
         self.problem = problem
 
 
-class SessionFormatUnsupported(ActorloopError):
+class SessionFormatUnsupported(SessionError):
     """The stored format version is newer or unknown; the session is refused, not repaired."""
 
 
-class SessionCorruptError(ActorloopError):
+class SessionCorruptError(SessionError):
     """Damage before the last intact turn end: the log cannot be repaired by truncation."""
 
     def __init__(self, location: str, problem: str) -> None:
@@ -38,16 +134,9 @@ class SessionCorruptError(ActorloopError):
         self.problem = problem
 
 
-class SessionForkError(ActorloopError):
-    """A fork was refused; `code` is one of INVALID_BOUNDARY, OPEN_TURN, SESSION_NOT_FOUND,
-    SESSION_ALREADY_EXISTS."""
+class SessionNotFound(SessionError, KeyError):
+    """No session with this id is stored."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-
-
-class SessionNotFound(ActorloopError, KeyError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} not found")
         self.session_id = session_id
@@ -56,42 +145,88 @@ class SessionNotFound(ActorloopError, KeyError):
         return str(self.args[0])
 
 
-class SessionExists(ActorloopError):
+class SessionExists(SessionError):
+    """A session with this id is already stored."""
+
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} already exists")
         self.session_id = session_id
 
 
-class SessionBusy(ActorloopError):
+class SessionBusy(SessionError):
     """Another live writer owns the session (single-writer rule)."""
 
 
-class InvalidSessionId(ActorloopError, ValueError):
-    pass
+class SessionForkError(SessionError):
+    """A fork was refused; `code` is one of INVALID_BOUNDARY, OPEN_TURN, SESSION_NOT_FOUND,
+    SESSION_ALREADY_EXISTS."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
 
 
-class HeaderFoldError(ActorloopError, ValueError):
+class InvalidSessionId(SessionError, ValueError):
+    """A session id that cannot be used as a file name and store key."""
+
+
+class HeaderFoldError(SessionError, ValueError):
     """A header delta appears before any snapshot, or does not apply."""
 
 
-class InvariantViolation(ActorloopError, AssertionError):
-    """A loop-built request is not what the log rebuilds (dev invariants)."""
+# ---------------------------------------------------------------------- values
 
 
-class StoreError(ActorloopError):
-    """The durable store failed; every pending and later flush barrier raises this."""
+class ContentError(ActorloopError, TypeError):
+    """Content given to the API is neither a string nor a tuple of content blocks."""
 
 
-class AgentClosed(ActorloopError):
+class JsonValueError(ActorloopError, ValueError):
+    """A value is not losslessly representable as JSON; `path` names where."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"not JSON-representable at {path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class ToolOrderError(ActorloopError, ValueError):
+    """`tool_order` names a tool the agent does not have."""
+
+
+# ---------------------------------------------------------------------- agents and runtime
+
+
+class AgentError(ActorloopError):
+    """A call on an agent handle was refused."""
+
+
+class AgentClosed(AgentError):
     """The agent was disposed (or failed); it takes no more work."""
 
 
-class InboxFull(ActorloopError):
-    """A synchronous enqueue found the bounded inbox full."""
+class InboxFull(AgentError):
+    """A synchronous enqueue (`steer`, `inject`) found the bounded inbox full."""
 
 
-class HookError(ActorloopError):
-    """A listener broke the hook protocol (e.g. called next() twice)."""
+class RuntimeClosed(ActorloopError):
+    """The runtime is shutting down (or closed): it starts no more agents."""
+
+
+class ProviderNotConfigured(ActorloopError, LookupError):
+    """The options name a provider this runtime was not opened with."""
+
+
+# ---------------------------------------------------------------------- model calls
+
+
+class ProviderSpecError(ActorloopError, ValueError):
+    """A provider spec that names no known provider (or misuses one); `spec` is the input."""
+
+    def __init__(self, spec: str, problem: str) -> None:
+        super().__init__(f"provider spec {spec!r}: {problem}")
+        self.spec = spec
+        self.problem = problem
 
 
 class ProviderError(ActorloopError):
@@ -103,11 +238,70 @@ class ProviderError(ActorloopError):
         self.retryable = retryable
 
 
+class TransientProviderError(ProviderError):
+    """A retryable failure before the first streamed byte; `retry_after` is the server's hint."""
+
+    def __init__(
+        self,
+        message: str,
+        code: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, code, retryable=True)
+        self.status = status
+        self.retry_after = retry_after
+
+
 class ScriptExhausted(ProviderError):
+    """A `ScriptedProvider` was called more often than its script has entries."""
+
     def __init__(self, calls: int) -> None:
         super().__init__(
-            f"ScriptedProvider script exhausted after {calls} calls", "SCRIPT_EXHAUSTED"
+            f"ScriptedProvider script exhausted after {calls} calls", ErrorCode.SCRIPT_EXHAUSTED
         )
+
+
+class StreamProtocolError(ActorloopError, ValueError):
+    """A provider stream broke the chunk grammar (delta for an unknown block, ...)."""
+
+
+class CompactionFailed(ActorloopError):
+    """The summarizer call failed closed (error, cancel, max-tokens, empty or too long)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SubagentError(ActorloopError):
+    """The child could not answer (its turn did not complete); becomes an error tool result."""
+
+
+# ---------------------------------------------------------------------- stores and kernel
+
+
+class StoreError(ActorloopError):
+    """The durable store failed; every pending and later flush barrier raises this."""
+
+
+class StoreUrlError(StoreError, ValueError):
+    """A store URL (or store option) is not one this build understands."""
+
+
+class HookError(ActorloopError):
+    """A listener broke the hook protocol (e.g. called next() twice)."""
+
+
+class UnknownHookError(HookError, KeyError):
+    """`on()` was given a hook name that does not exist."""
+
+    def __init__(self, name: str, known: str) -> None:
+        super().__init__(f"unknown hook event {name!r}; known: {known}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class ActorStopped(ActorloopError):
@@ -121,5 +315,18 @@ class ActorStopped(ActorloopError):
         self.actor = actor
 
 
-class StoreUrlError(ActorloopError, ValueError):
-    """A store URL (or store option) is not one this build understands."""
+class InvariantViolation(ActorloopError, AssertionError):
+    """A loop-built request is not what the log rebuilds (dev invariants)."""
+
+
+class VerificationFailed(ActorloopError):
+    """The log breaks a rule or a recorded digest does not match its rebuilt request."""
+
+    def __init__(self, seq: int, problem: str) -> None:
+        super().__init__(f"event {seq}: {problem}")
+        self.seq = seq
+        self.problem = problem
+
+
+class WorkloadError(ActorloopError, ValueError):
+    """A workload file is missing, unreadable or does not match the schema."""

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from attrs import evolve
 
 from actorloop.codecs.converter import canonical_bytes
-from actorloop.runtime.errors import HeaderFoldError
+from actorloop.runtime.errors import HeaderFoldError, ToolOrderError
 from actorloop.runtime.events import RequestHeaderEvent, SessionEvent
 from actorloop.runtime.header import (
     EpochHeader,
@@ -16,10 +16,6 @@ from actorloop.runtime.header import (
     ToolSchema,
     ToolsDelta,
 )
-
-
-class ToolOrderError(ValueError):
-    """`tool_order` names a tool the agent does not have."""
 
 
 def order_tools(

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal, TypeAlias
 
-from actorloop.runtime.errors import HookError
+from actorloop.runtime.errors import HookError, UnknownHookError
 
 log = logging.getLogger("actorloop.hooks")
 
@@ -37,14 +37,6 @@ HOOK_KINDS: dict[str, HookKind] = {
 }
 
 
-class UnknownHookError(HookError, KeyError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"unknown hook event {name!r}; known: {', '.join(sorted(HOOK_KINDS))}")
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
 class HookRegistry:
     """Listeners by event name for one scope (the runtime, or one agent)."""
 
@@ -55,7 +47,7 @@ class HookRegistry:
 
     def on(self, name: str, listener: Listener) -> Unsubscribe:
         if name not in HOOK_KINDS:
-            raise UnknownHookError(name)
+            raise UnknownHookError(name, ", ".join(sorted(HOOK_KINDS)))
         if not callable(listener):
             raise HookError(f"listener for {name!r} is not callable")
         bucket = self._listeners.setdefault(name, [])

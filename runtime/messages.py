@@ -6,6 +6,8 @@ from typing import Literal, TypeAlias
 
 from attrs import frozen
 
+from actorloop.runtime.errors import ContentError
+
 Role: TypeAlias = Literal["system", "user", "assistant"]
 
 
@@ -77,10 +79,6 @@ class Source:
 
 
 USER = Source("user")
-
-
-class ContentError(TypeError):
-    """Content given to the API is neither a string nor a tuple of content blocks."""
 
 
 def as_content(content: str | Content | list[Block]) -> Content:

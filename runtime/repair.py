@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from actorloop.runtime.errors import ErrorCode
 from actorloop.runtime.events import (
     APPEND,
     AssistantMessage,
@@ -77,7 +78,11 @@ def closers(events: Sequence[SessionEvent]) -> tuple[SessionEvent, ...]:
                 continue
             seen.add(call_id)
             call_event = logged.get(call_id)
-            code = "TOOL_OUTCOME_UNKNOWN" if call_event is not None else "TOOL_NOT_STARTED"
+            code = (
+                ErrorCode.TOOL_OUTCOME_UNKNOWN
+                if call_event is not None
+                else ErrorCode.TOOL_NOT_STARTED
+            )
             text = OUTCOME_UNKNOWN_TEXT if call_event is not None else NOT_STARTED_TEXT
             emit(
                 "tool/result",

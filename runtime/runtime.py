@@ -18,8 +18,10 @@ from actorloop.actors.compaction import CompactionActor
 from actorloop.actors.loop import Compactor, LoopActor, SessionStartKind
 from actorloop.runtime.agent import Agent
 from actorloop.runtime.errors import (
-    ActorloopError,
     AgentClosed,
+    ErrorCode,
+    ProviderNotConfigured,
+    RuntimeClosed,
     SessionBusy,
     SessionForkError,
     SessionNotFound,
@@ -35,14 +37,6 @@ from actorloop.runtime.session import Session, SessionMeta, new_session_id
 from actorloop.runtime.stores.base import Store, open_store
 
 log = logging.getLogger("actorloop.runtime")
-
-
-class ProviderNotConfigured(ActorloopError, LookupError):
-    pass
-
-
-class RuntimeClosed(ActorloopError):
-    """The runtime is shutting down (or closed): it starts no more agents."""
 
 
 class Runtime:
@@ -268,7 +262,7 @@ class Runtime:
         """Fork a session no agent here owns. With a boundary, only the seed is read (the
         store checks the boundary): the source may be live in another process, mid-turn."""
         if not await self.store.exists(session_id):
-            raise SessionForkError("SESSION_NOT_FOUND", f"session {session_id!r} not found")
+            raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f"session {session_id!r} not found")
         if options is None:
             raise ValueError("options are required to fork a session that is not live")
         provider = self.provider_for(options)
@@ -283,7 +277,7 @@ class Runtime:
         child_id = child_id or new_session_id()
         if child_id == session_id:
             raise SessionForkError(
-                "SESSION_ALREADY_EXISTS", f"child id {child_id!r} is the parent's"
+                ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
             )
         await self._refuse_existing(child_id)
         lease = self._claim(child_id)
@@ -299,7 +293,7 @@ class Runtime:
 
     async def _refuse_existing(self, child_id: str) -> None:
         if child_id in self._loops or await self.store.exists(child_id):
-            raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
+            raise SessionForkError(ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists")
 
     def _refuse_closing(self) -> None:
         if self._closing:

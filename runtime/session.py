@@ -6,23 +6,19 @@ Appends are synchronous and transactional; forks share the parent's events struc
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from attrs import field, frozen
-
 from actorloop.codecs.converter import structure_as, unstructure
 from actorloop.codecs.jsonvalue import (
-    EMPTY_OBJECT,
     MAX_SAFE_INT,
-    FrozenDict,
     freeze_json,
     freeze_object,
 )
 from actorloop.runtime.errors import (
+    ErrorCode,
     HeaderFoldError,
     SessionForkError,
     SessionFormatError,
@@ -44,28 +40,13 @@ from actorloop.runtime.events import (
 from actorloop.runtime.header import EpochHeader
 from actorloop.runtime.header_algebra import HeaderFold
 from actorloop.runtime.messages import Message
+from actorloop.runtime.meta import SessionMeta, now_ms
 from actorloop.runtime.structure import TurnStructure
 from actorloop.runtime.surface import SurfaceFold
 
 log = logging.getLogger("actorloop.session")
 
-FORMAT_VERSION = 1
-
 SessionObserver = Callable[[SessionEvent], None]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-@frozen
-class SessionMeta:
-    id: str
-    created_at: int = field(factory=now_ms)
-    parent_session: str | None = None
-    seed_length: int | None = None
-    version: int = FORMAT_VERSION
-    labels: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
 
 
 class EventLog:
@@ -387,7 +368,8 @@ class Session:
                 last -= 1
             if last >= 0 and not isinstance(self._log[last].data, TurnEnd):
                 raise SessionForkError(
-                    "OPEN_TURN", f"session {self.id!r} has an open turn; pass a turn/end boundary"
+                    ErrorCode.OPEN_TURN,
+                    f"session {self.id!r} has an open turn; pass a turn/end boundary",
                 )
             boundary = length - 1
         if (
@@ -396,18 +378,18 @@ class Session:
             or not 0 <= boundary < length
         ):
             raise SessionForkError(
-                "INVALID_BOUNDARY",
+                ErrorCode.INVALID_BOUNDARY,
                 f"boundary {boundary!r} is not a seq of {self.id!r} (0..{length - 1})",
             )
         if not isinstance(self._log[boundary].data, TurnEnd):
             raise SessionForkError(
-                "INVALID_BOUNDARY",
+                ErrorCode.INVALID_BOUNDARY,
                 f"boundary {boundary} is a {self._log[boundary].type}, not a turn/end",
             )
         child_id = child_id or new_session_id()
         if child_id == self.id:
             raise SessionForkError(
-                "SESSION_ALREADY_EXISTS", f"child id {child_id!r} is the parent's"
+                ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
             )
         meta = SessionMeta(child_id, parent_session=self.id, seed_length=boundary + 1)
         return Session(meta, EventLog(self._log, boundary + 1))

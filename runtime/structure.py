@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from attrs import define, field
 
-from actorloop.runtime.errors import SessionValidationError
+from actorloop.runtime.errors import ErrorCode, SessionValidationError
 from actorloop.runtime.events import (
     AssistantChunk,
     AssistantMessage,
@@ -25,7 +25,7 @@ from actorloop.runtime.events import (
     TurnStart,
 )
 
-SYNTHETIC_RESULT_CODES = frozenset({"TOOL_NOT_STARTED"})
+SYNTHETIC_RESULT_CODES = frozenset({ErrorCode.TOOL_NOT_STARTED})
 """Results that may stand without a logged `tool/call` (written only by crash repair)."""
 
 

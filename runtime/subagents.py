@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from actorloop.runtime.errors import AgentClosed
+from actorloop.runtime.errors import AgentClosed, SubagentError
 from actorloop.runtime.events import AssistantMessage, TurnEnd
 from actorloop.runtime.options import AgentOptions, Tool, ToolContext
 from actorloop.runtime.seams import TurnResult
@@ -29,10 +29,6 @@ TASK_PARAMETERS = {
     "properties": {"task": {"type": "string", "description": "What the subagent should do."}},
     "required": ["task"],
 }
-
-
-class SubagentError(Exception):
-    """The child could not answer (its turn did not complete); becomes an error tool result."""
 
 
 def last_answer(agent: Agent) -> str:

@@ -9,20 +9,11 @@ from attrs import frozen
 
 from actorloop.codecs.converter import canonical_bytes
 from actorloop.runtime.chunks import ChunkAssembler
-from actorloop.runtime.errors import ActorloopError
+from actorloop.runtime.errors import ActorloopError, VerificationFailed
 from actorloop.runtime.events import AssistantChunk, AssistantMessage, SessionEvent, StepStart
 from actorloop.runtime.request import request_digest
 from actorloop.runtime.session import Session, SessionMeta
 from actorloop.runtime.surface import chain_of
-
-
-class VerificationFailed(ActorloopError):
-    """The log breaks a rule or a recorded digest does not match its rebuilt request."""
-
-    def __init__(self, seq: int, problem: str) -> None:
-        super().__init__(f"event {seq}: {problem}")
-        self.seq = seq
-        self.problem = problem
 
 
 @frozen

@@ -12,12 +12,7 @@ import cattrs
 from attrs import field, frozen
 from cattrs.v import format_exception
 
-from actorloop.runtime.errors import ActorloopError
-
-
-class WorkloadError(ActorloopError, ValueError):
-    """A workload file is missing, unreadable or does not match the schema."""
-
+from actorloop.runtime.errors import WorkloadError
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """Workload names prefix session ids, so they use the session-id alphabet."""

@@ -1,11 +1,37 @@
-"""Model providers: the seam, deterministic test providers, the simulator and HTTP adapters."""
+"""Model providers: the seam, deterministic test providers, the simulator and HTTP adapters.
 
-from actorloop.runtime.providers.anthropic import AnthropicProvider
-from actorloop.runtime.providers.base import ModelInfo, Provider
-from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
-from actorloop.runtime.providers.registry import ProviderSpecError, provider_from_spec
-from actorloop.runtime.providers.retry import RetryPolicy
-from actorloop.runtime.providers.sim import SimProvider
+Re-exported lazily: importing the `Provider` seam (`providers.base`) does not load httpx.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from actorloop.runtime.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from actorloop.runtime.errors import ProviderSpecError
+    from actorloop.runtime.providers.anthropic import AnthropicProvider
+    from actorloop.runtime.providers.base import ModelInfo, Provider
+    from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
+    from actorloop.runtime.providers.registry import provider_from_spec
+    from actorloop.runtime.providers.retry import RetryPolicy
+    from actorloop.runtime.providers.sim import SimProvider
+
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "AnthropicProvider": "actorloop.runtime.providers.anthropic",
+        "DeepSeekProvider": "actorloop.runtime.providers.openai",
+        "ModelInfo": "actorloop.runtime.providers.base",
+        "OpenAIChatProvider": "actorloop.runtime.providers.openai",
+        "Provider": "actorloop.runtime.providers.base",
+        "ProviderSpecError": "actorloop.runtime.errors",
+        "RetryPolicy": "actorloop.runtime.providers.retry",
+        "SimProvider": "actorloop.runtime.providers.sim",
+        "provider_from_spec": "actorloop.runtime.providers.registry",
+    },
+)
 
 __all__ = [
     "AnthropicProvider",

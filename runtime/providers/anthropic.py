@@ -30,7 +30,7 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.errors import ErrorCode, ProviderError
 from actorloop.runtime.messages import Block, Message, Reasoning, Text, ToolCall
 from actorloop.runtime.providers.http import (
     DEFAULT_TIMEOUT,
@@ -40,15 +40,6 @@ from actorloop.runtime.providers.http import (
     tool_parameters,
 )
 from actorloop.runtime.providers.retry import (
-    AUTHENTICATION,
-    CONTENT_FILTERED,
-    CONTEXT_WINDOW_EXCEEDED,
-    INVALID_REQUEST,
-    OVERLOADED,
-    PROTOCOL_ERROR,
-    PROVIDER_ERROR,
-    RATE_LIMITED,
-    STREAM_INTERRUPTED,
     RetryPolicy,
     parse_retry_after,
     status_error,
@@ -64,11 +55,11 @@ MAX_BREAKPOINTS = 4
 _CONTEXT_MARKERS = ("prompt is too long", "exceed context limit", "context window")
 _UNCACHEABLE = ("thinking", "redacted_thinking")
 _ERROR_CODES = {
-    "overloaded_error": OVERLOADED,
-    "rate_limit_error": RATE_LIMITED,
-    "authentication_error": AUTHENTICATION,
-    "permission_error": AUTHENTICATION,
-    "invalid_request_error": INVALID_REQUEST,
+    "overloaded_error": ErrorCode.OVERLOADED,
+    "rate_limit_error": ErrorCode.RATE_LIMITED,
+    "authentication_error": ErrorCode.AUTHENTICATION,
+    "permission_error": ErrorCode.AUTHENTICATION,
+    "invalid_request_error": ErrorCode.INVALID_REQUEST,
 }
 
 
@@ -179,8 +170,8 @@ def is_context_overflow(message: str) -> bool:
 
 def _error_code(message: str, kind: str | None) -> str:
     if is_context_overflow(message):
-        return CONTEXT_WINDOW_EXCEEDED
-    return _ERROR_CODES.get(kind or "", PROVIDER_ERROR)
+        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
+    return _ERROR_CODES.get(kind or "", ErrorCode.PROVIDER_ERROR)
 
 
 class _MessagesStreamMapper:
@@ -237,7 +228,7 @@ class _MessagesStreamMapper:
             if not call_id or not name:
                 raise ProviderError(
                     f"{self._provider}: tool_use block {index} lacks an id or a name",
-                    PROTOCOL_ERROR,
+                    ErrorCode.PROTOCOL_ERROR,
                 )
             self._kinds[index] = "tool_call"
             out = [BlockStart(index, "tool_call", call_id=call_id, name=name)]
@@ -286,7 +277,7 @@ class _MessagesStreamMapper:
             finish = Finish("max-tokens")
         elif reason == "refusal":
             message = f"{self._provider}: the model refused to answer"
-            finish = Finish("error", ErrorInfo(message, CONTENT_FILTERED))
+            finish = Finish("error", ErrorInfo(message, ErrorCode.CONTENT_FILTERED))
         else:
             finish = Finish("stop")
         return [UsageReport(usage), finish]
@@ -344,7 +335,11 @@ class AnthropicProvider(HttpSseProvider):
     def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
         message, _kind, _code = error_detail(body)
         message = self.redact(message)
-        mapped = CONTEXT_WINDOW_EXCEEDED if status == 400 and is_context_overflow(message) else None
+        mapped = (
+            ErrorCode.CONTEXT_WINDOW_EXCEEDED
+            if status == 400 and is_context_overflow(message)
+            else None
+        )
         return status_error(
             self.name, status, message, code=mapped, retry_after=parse_retry_after(headers)
         )
@@ -372,7 +367,9 @@ class AnthropicProvider(HttpSseProvider):
                 if mapper.stopped:
                     break
         if mapper.stop_reason is None:
-            self._fail(f"{self.name}: the stream ended before a stop reason", STREAM_INTERRUPTED)
+            self._fail(
+                f"{self.name}: the stream ended before a stop reason", ErrorCode.STREAM_INTERRUPTED
+            )
         for chunk in mapper.final():
             await trio.lowlevel.checkpoint()
             yield chunk

@@ -16,17 +16,11 @@ import trio
 from attrs import frozen
 
 from actorloop.codecs.jsonvalue import canonical_json
-from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.errors import ErrorCode, ProviderError, TransientProviderError
 from actorloop.runtime.header import ToolSchema
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.providers.retry import (
-    AUTHENTICATION,
-    CONNECTION_ERROR,
-    PROTOCOL_ERROR,
-    STREAM_INTERRUPTED,
-    TIMEOUT,
     RetryPolicy,
-    TransientProviderError,
 )
 from actorloop.runtime.providers.sse import SseDecoder, SseEvent
 from actorloop.runtime.request import Request
@@ -50,7 +44,7 @@ class ApiKey:
             raise ProviderError(
                 f"the API key from {origin} contains whitespace or control characters "
                 "(a stray newline?); fix the key",
-                AUTHENTICATION,
+                ErrorCode.AUTHENTICATION,
             )
         self._value = value
 
@@ -166,7 +160,8 @@ class HttpSseProvider(ABC):
             value = os.environ.get(self.key_env)
             if not value:
                 raise ProviderError(
-                    f"{self.name}: no API key: pass api_key= or set {self.key_env}", AUTHENTICATION
+                    f"{self.name}: no API key: pass api_key= or set {self.key_env}",
+                    ErrorCode.AUTHENTICATION,
                 )
             self._key = ApiKey(value, self.key_env)
         return self._key
@@ -214,10 +209,10 @@ class HttpSseProvider(ABC):
             message = self.redact(
                 f"{self.name}: timed out before a response ({type(exc).__name__})"
             )
-            raise TransientProviderError(message, TIMEOUT) from exc
+            raise TransientProviderError(message, ErrorCode.TIMEOUT) from exc
         except httpx.TransportError as exc:
             message = self.redact(f"{self.name}: connection failed before a response: {exc}")
-            raise TransientProviderError(message, CONNECTION_ERROR) from exc
+            raise TransientProviderError(message, ErrorCode.CONNECTION_ERROR) from exc
         chunks: AsyncIterator[bytes] | None = None
         try:
             if not 200 <= response.status_code < 300:
@@ -231,20 +226,20 @@ class HttpSseProvider(ABC):
                 message, _kind, _code = error_detail(await response.aread())
                 raise ProviderError(
                     self.redact(f"{self.name}: expected an event stream, got JSON: {message}"),
-                    PROTOCOL_ERROR,
+                    ErrorCode.PROTOCOL_ERROR,
                 )
             chunks = response.aiter_bytes()
             try:
                 first = await anext(chunks)
             except StopAsyncIteration:
                 message = f"{self.name}: the response ended before its first byte"
-                raise TransientProviderError(message, CONNECTION_ERROR) from None
+                raise TransientProviderError(message, ErrorCode.CONNECTION_ERROR) from None
             except httpx.TimeoutException as exc:
                 message = self.redact(f"{self.name}: timed out before the first byte")
-                raise TransientProviderError(message, TIMEOUT) from exc
+                raise TransientProviderError(message, ErrorCode.TIMEOUT) from exc
             except httpx.TransportError as exc:
                 message = self.redact(f"{self.name}: disconnected before the first byte: {exc}")
-                raise TransientProviderError(message, CONNECTION_ERROR) from exc
+                raise TransientProviderError(message, ErrorCode.CONNECTION_ERROR) from exc
         except BaseException:
             await _close_quietly(response, chunks)
             raise
@@ -267,7 +262,7 @@ class HttpSseProvider(ABC):
             self._fail(
                 f"{self.name}: stream interrupted after the first byte "
                 f"({type(exc).__name__}: {exc})",
-                STREAM_INTERRUPTED,
+                ErrorCode.STREAM_INTERRUPTED,
                 exc,
             )
         finally:
@@ -278,10 +273,13 @@ class HttpSseProvider(ABC):
             payload = orjson.loads(event.data)
         except orjson.JSONDecodeError as exc:
             self._fail(
-                f"{self.name}: undecodable stream event {event.event!r}", PROTOCOL_ERROR, exc
+                f"{self.name}: undecodable stream event {event.event!r}",
+                ErrorCode.PROTOCOL_ERROR,
+                exc,
             )
         if not isinstance(payload, dict):
             self._fail(
-                f"{self.name}: stream event {event.event!r} is not an object", PROTOCOL_ERROR
+                f"{self.name}: stream event {event.event!r} is not an object",
+                ErrorCode.PROTOCOL_ERROR,
             )
         return payload

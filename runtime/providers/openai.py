@@ -28,7 +28,7 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.errors import ErrorCode, ProviderError
 from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.http import (
     HttpSseProvider,
@@ -37,14 +37,6 @@ from actorloop.runtime.providers.http import (
     tool_parameters,
 )
 from actorloop.runtime.providers.retry import (
-    CONTENT_FILTERED,
-    CONTEXT_WINDOW_EXCEEDED,
-    INSUFFICIENT_QUOTA,
-    OVERLOADED,
-    PROTOCOL_ERROR,
-    PROVIDER_ERROR,
-    RATE_LIMITED,
-    STREAM_INTERRUPTED,
     parse_retry_after,
     status_error,
 )
@@ -243,7 +235,7 @@ class _ChatStreamMapper:
             if not name:
                 raise ProviderError(
                     f"{self._provider}: tool call {wire_index} started without a name",
-                    PROTOCOL_ERROR,
+                    ErrorCode.PROTOCOL_ERROR,
                 )
             out += self._close_open()
             block = self._allocate()
@@ -287,12 +279,12 @@ class _ChatStreamMapper:
             out.append(Finish("max-tokens"))
         elif reason == "content_filter":
             message = f"{self._provider}: the provider's content filter stopped the answer"
-            out.append(Finish("error", ErrorInfo(message, CONTENT_FILTERED)))
+            out.append(Finish("error", ErrorInfo(message, ErrorCode.CONTENT_FILTERED)))
         elif reason not in COMPLETE_FINISH_REASONS:
             # e.g. DeepSeek's insufficient_system_resource: the answer was cut off, and a
             # truncated answer must not pass for a finished one.
             message = f"{self._provider}: generation ended early (finish_reason {reason!r})"
-            out.append(Finish("error", ErrorInfo(message, OVERLOADED)))
+            out.append(Finish("error", ErrorInfo(message, ErrorCode.OVERLOADED)))
         elif self._tools:
             out.append(Finish("tool-calls"))
         else:
@@ -306,10 +298,10 @@ COMPLETE_FINISH_REASONS = frozenset({None, "stop", "tool_calls", "function_call"
 
 def _stream_error_code(message: str, kind: str | None, code: str | None) -> str:
     if is_context_overflow(message, code):
-        return CONTEXT_WINDOW_EXCEEDED
+        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
     if "rate_limit" in (kind or "") or "rate_limit" in (code or ""):
-        return RATE_LIMITED
-    return PROVIDER_ERROR
+        return ErrorCode.RATE_LIMITED
+    return ErrorCode.PROVIDER_ERROR
 
 
 class OpenAIChatProvider(HttpSseProvider):
@@ -343,9 +335,9 @@ class OpenAIChatProvider(HttpSseProvider):
         message = self.redact(message)
         mapped: str | None = None
         if status in (400, 413) and is_context_overflow(message, code):
-            mapped = CONTEXT_WINDOW_EXCEEDED
+            mapped = ErrorCode.CONTEXT_WINDOW_EXCEEDED
         elif code == "insufficient_quota":
-            mapped = INSUFFICIENT_QUOTA
+            mapped = ErrorCode.INSUFFICIENT_QUOTA
         return status_error(
             self.name, status, message, code=mapped, retry_after=parse_retry_after(headers)
         )
@@ -377,7 +369,10 @@ class OpenAIChatProvider(HttpSseProvider):
                     await trio.lowlevel.checkpoint()
                     yield chunk
         if mapper.finish_reason is None:
-            self._fail(f"{self.name}: the stream ended before a finish reason", STREAM_INTERRUPTED)
+            self._fail(
+                f"{self.name}: the stream ended before a finish reason",
+                ErrorCode.STREAM_INTERRUPTED,
+            )
         for chunk in mapper.final():
             await trio.lowlevel.checkpoint()
             yield chunk

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from actorloop.runtime.errors import ActorloopError
+from actorloop.runtime.errors import ProviderSpecError
 from actorloop.runtime.providers.anthropic import AnthropicProvider
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
@@ -17,15 +17,6 @@ _HTTP: dict[str, Callable[..., Provider]] = {
     "anthropic": AnthropicProvider,
     "deepseek": DeepSeekProvider,
 }
-
-
-class ProviderSpecError(ActorloopError, ValueError):
-    """A provider spec that names no known provider (or misuses one); `spec` is the input."""
-
-    def __init__(self, spec: str, problem: str) -> None:
-        super().__init__(f"provider spec {spec!r}: {problem}")
-        self.spec = spec
-        self.problem = problem
 
 
 def provider_from_spec(

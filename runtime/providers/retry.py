@@ -18,40 +18,11 @@ from attrs import field, frozen
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
-from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.errors import ErrorCode, ProviderError, TransientProviderError
 
 log = logging.getLogger("actorloop.providers")
 
 T = TypeVar("T")
-
-RATE_LIMITED = "RATE_LIMITED"
-AUTHENTICATION = "AUTHENTICATION"
-CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
-INVALID_REQUEST = "INVALID_REQUEST"
-INSUFFICIENT_QUOTA = "INSUFFICIENT_QUOTA"
-OVERLOADED = "OVERLOADED"
-PROVIDER_ERROR = "PROVIDER_ERROR"
-TIMEOUT = "TIMEOUT"
-CONNECTION_ERROR = "CONNECTION_ERROR"
-STREAM_INTERRUPTED = "STREAM_INTERRUPTED"
-CONTENT_FILTERED = "CONTENT_FILTERED"
-PROTOCOL_ERROR = "PROTOCOL_ERROR"
-
-
-class TransientProviderError(ProviderError):
-    """A retryable failure before the first streamed byte; `retry_after` is the server's hint."""
-
-    def __init__(
-        self,
-        message: str,
-        code: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message, code, retryable=True)
-        self.status = status
-        self.retry_after = retry_after
 
 
 def status_error(
@@ -65,10 +36,14 @@ def status_error(
     """The typed error for a non-2xx answer; `code` (set by the adapter) wins over the status."""
     message = f"{provider}: HTTP {status}: {detail}" if detail else f"{provider}: HTTP {status}"
     if code is None and (status == 429 or status == 408 or status >= 500):
-        transient = {429: RATE_LIMITED, 408: TIMEOUT, 529: OVERLOADED}.get(status, PROVIDER_ERROR)
+        transient = {
+            429: ErrorCode.RATE_LIMITED,
+            408: ErrorCode.TIMEOUT,
+            529: ErrorCode.OVERLOADED,
+        }.get(status, ErrorCode.PROVIDER_ERROR)
         return TransientProviderError(message, transient, status=status, retry_after=retry_after)
     if code is None:
-        code = AUTHENTICATION if status in (401, 403) else INVALID_REQUEST
+        code = ErrorCode.AUTHENTICATION if status in (401, 403) else ErrorCode.INVALID_REQUEST
     return ProviderError(message, code)
 
 

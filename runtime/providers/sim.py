@@ -42,12 +42,11 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ProviderError
+from actorloop.runtime.errors import ErrorCode, ProviderError
 from actorloop.runtime.messages import ToolResult
 from actorloop.runtime.providers.anthropic import anthropic_body
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.providers.openai import openai_body
-from actorloop.runtime.providers.retry import CONTEXT_WINDOW_EXCEEDED
 from actorloop.runtime.request import Request
 
 SimMode: TypeAlias = Literal["anthropic", "openai"]
@@ -348,7 +347,7 @@ class SimProvider:
             raise ProviderError(
                 f"{self.name}: prompt is too long: {plan.total} tokens > "
                 f"{self.context_window} maximum",
-                CONTEXT_WINDOW_EXCEEDED,
+                ErrorCode.CONTEXT_WINDOW_EXCEEDED,
             )
         chunks, finish, produced = self._answer(request)
         if self.latency:

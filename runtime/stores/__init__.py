@@ -3,13 +3,35 @@
 
 Writers call `lease = store.claim(id)` first and pass it to `store.load(id, lease=lease)`:
 only the lease holder (or a loader that can take the lease itself) may repair a log.
+Re-exported lazily: a store module is loaded when its name is first used.
 """
 
-from actorloop.runtime.stores.base import Lease, Store, open_store
-from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH, check_session_id
-from actorloop.runtime.stores.jsonl import JsonlStore
-from actorloop.runtime.stores.memory import MemoryStore
-from actorloop.runtime.stores.sqlite import SqliteStore
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from actorloop.runtime.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from actorloop.runtime.stores.base import Lease, Store, open_store
+    from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH, check_session_id
+    from actorloop.runtime.stores.jsonl import JsonlStore
+    from actorloop.runtime.stores.memory import MemoryStore
+    from actorloop.runtime.stores.sqlite import SqliteStore
+
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "MAX_SESSION_ID_LENGTH": "actorloop.runtime.stores.ids",
+        "JsonlStore": "actorloop.runtime.stores.jsonl",
+        "Lease": "actorloop.runtime.stores.base",
+        "MemoryStore": "actorloop.runtime.stores.memory",
+        "SqliteStore": "actorloop.runtime.stores.sqlite",
+        "Store": "actorloop.runtime.stores.base",
+        "check_session_id": "actorloop.runtime.stores.ids",
+        "open_store": "actorloop.runtime.stores.base",
+    },
+)
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",

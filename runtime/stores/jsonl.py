@@ -32,6 +32,7 @@ from actorloop.codecs.jsonl import (
 )
 from actorloop.codecs.rows import check_version
 from actorloop.runtime.errors import (
+    ErrorCode,
     InvalidSessionId,
     SessionCorruptError,
     SessionExists,
@@ -423,14 +424,20 @@ class JsonlStore:
         check_session_id(parent_id)
         check_session_id(child_id)
         if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
-            raise SessionForkError("INVALID_BOUNDARY", f"boundary {boundary!r} is not a seq")
+            raise SessionForkError(
+                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary!r} is not a seq"
+            )
         child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
 
         def run() -> SessionMeta:
             if not self._log_path(parent_id).exists():
-                raise SessionForkError("SESSION_NOT_FOUND", f"parent {parent_id!r} not found")
+                raise SessionForkError(
+                    ErrorCode.SESSION_NOT_FOUND, f"parent {parent_id!r} not found"
+                )
             if self._log_path(child_id).exists():
-                raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
+                raise SessionForkError(
+                    ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
+                )
             owner = parent_id
             seen: frozenset[str] = frozenset()
             while True:  # up the fork chain to the log that stores seq `boundary`
@@ -445,17 +452,19 @@ class JsonlStore:
                 owner = parent_of(meta, seen, name)
             if event is None:
                 raise SessionForkError(
-                    "INVALID_BOUNDARY", f"boundary {boundary} is not a stored seq of {parent_id!r}"
+                    ErrorCode.INVALID_BOUNDARY,
+                    f"boundary {boundary} is not a stored seq of {parent_id!r}",
                 )
             if not isinstance(event.data, TurnEnd):
                 raise SessionForkError(
-                    "INVALID_BOUNDARY", f"boundary {boundary} is a {event.type}, not a turn/end"
+                    ErrorCode.INVALID_BOUNDARY,
+                    f"boundary {boundary} is a {event.type}, not a turn/end",
                 )
             try:
                 self._create(child)
             except SessionExists:
                 raise SessionForkError(
-                    "SESSION_ALREADY_EXISTS", f"session {child_id!r} exists"
+                    ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
                 ) from None
             return child
 

@@ -8,7 +8,13 @@ from collections.abc import Sequence
 import trio
 
 from actorloop.codecs.rows import check_version
-from actorloop.runtime.errors import SessionExists, SessionForkError, SessionNotFound, StoreError
+from actorloop.runtime.errors import (
+    ErrorCode,
+    SessionExists,
+    SessionForkError,
+    SessionNotFound,
+    StoreError,
+)
 from actorloop.runtime.events import SessionEvent, TurnEnd
 from actorloop.runtime.session import SessionMeta
 from actorloop.runtime.stores.base import (
@@ -124,22 +130,24 @@ class MemoryStore:
             parent = self._record(parent_id)
         except SessionNotFound:
             raise SessionForkError(
-                "SESSION_NOT_FOUND", f"parent session {parent_id!r} not found"
+                ErrorCode.SESSION_NOT_FOUND, f"parent session {parent_id!r} not found"
             ) from None
         if child_id in self._records:
-            raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
+            raise SessionForkError(ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists")
         stored = parent.next_seq
         if isinstance(boundary, bool) or not isinstance(boundary, int):
-            raise SessionForkError("INVALID_BOUNDARY", f"boundary {boundary!r} is not a seq")
+            raise SessionForkError(
+                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary!r} is not a seq"
+            )
         if not 0 <= boundary < stored:
             raise SessionForkError(
-                "INVALID_BOUNDARY",
+                ErrorCode.INVALID_BOUNDARY,
                 f"boundary {boundary} is not a stored seq of {parent_id!r} (0..{stored - 1})",
             )
         event = self._event_at(parent, boundary)
         if not isinstance(event.data, TurnEnd):
             raise SessionForkError(
-                "INVALID_BOUNDARY", f"boundary {boundary} is a {event.type}, not a turn/end"
+                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary} is a {event.type}, not a turn/end"
             )
         meta = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
         self._records[child_id] = _Record(meta)

@@ -23,6 +23,7 @@ from actorloop.codecs.rows import (
     session_row,
 )
 from actorloop.runtime.errors import (
+    ErrorCode,
     SessionCorruptError,
     SessionExists,
     SessionForkError,
@@ -327,15 +328,21 @@ class SqliteStore:
         check_session_id(parent_id)
         check_session_id(child_id)
         if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
-            raise SessionForkError("INVALID_BOUNDARY", f"boundary {boundary!r} is not a seq")
+            raise SessionForkError(
+                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary!r} is not a seq"
+            )
         child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
 
         def run(db: sqlite3.Connection) -> SessionMeta:
             parent = self._meta(db, parent_id)
             if parent is None:
-                raise SessionForkError("SESSION_NOT_FOUND", f"parent {parent_id!r} not found")
+                raise SessionForkError(
+                    ErrorCode.SESSION_NOT_FOUND, f"parent {parent_id!r} not found"
+                )
             if self._meta(db, child_id) is not None:
-                raise SessionForkError("SESSION_ALREADY_EXISTS", f"session {child_id!r} exists")
+                raise SessionForkError(
+                    ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
+                )
             owner = parent
             seen: frozenset[str] = frozenset()
             while owner.parent_session is not None and boundary < (owner.seed_length or 0):
@@ -346,11 +353,12 @@ class SqliteStore:
             ).fetchone()
             if row is None:
                 raise SessionForkError(
-                    "INVALID_BOUNDARY", f"boundary {boundary} is not a stored seq of {parent_id!r}"
+                    ErrorCode.INVALID_BOUNDARY,
+                    f"boundary {boundary} is not a stored seq of {parent_id!r}",
                 )
             if row[0] != "turn/end":
                 raise SessionForkError(
-                    "INVALID_BOUNDARY", f"boundary {boundary} is a {row[0]}, not a turn/end"
+                    ErrorCode.INVALID_BOUNDARY, f"boundary {boundary} is a {row[0]}, not a turn/end"
                 )
             db.execute(
                 f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
