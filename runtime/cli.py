@@ -21,12 +21,13 @@ from rich.table import Table
 
 from actorloop.codecs.converter import event_to_dict
 from actorloop.codecs.rows import meta_to_dict
-from actorloop.runtime.errors import ActorloopError, SessionNotFound
+from actorloop.runtime.errors import ActorloopError, SessionNotFound, sole_error
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.orchestration import RunReport, make_sim, run_workload
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.providers.registry import provider_from_spec
 from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.stored import fork_point, load_session
 from actorloop.runtime.stores.base import Store, StoreUrlError, open_store
 from actorloop.runtime.verify import VerificationFailed, verify_log
 from actorloop.runtime.workload import Workload, WorkloadError, load_workload
@@ -108,9 +109,7 @@ def run_async(function: Callable[[], Awaitable[T]]) -> T:
     try:
         return trio.run(function)
     except BaseExceptionGroup as group:
-        leaf: BaseException = group
-        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
-            leaf = leaf.exceptions[0]
+        leaf = sole_error(group)
         if isinstance(leaf, ActorloopError):
             fail(f"{type(leaf).__name__}: {leaf}")
         raise
@@ -258,12 +257,6 @@ def sessions(ctx: click.Context, store_url: str) -> None:
     ctx.obj = store_url
 
 
-async def _load(store: Store, session_id: str) -> Any:
-    if not await store.exists(session_id):
-        raise SessionNotFound(session_id)
-    return await store.load(session_id)
-
-
 @sessions.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_obj
@@ -304,15 +297,12 @@ def show(store_url: str, session_id: str) -> None:
     store = existing_store(store_url)
 
     async def go() -> None:
-        from actorloop.runtime.session import Session
-
         try:
-            meta, events = await _load(store, session_id)
+            session = await load_session(store, session_id)
         finally:
             await store.close()
-        session = Session.from_loaded(session_id, events, meta)
         header = session.header()
-        console.print(f"[bold]{session_id}[/] — {len(events)} events, {session.last_turn} turns")
+        console.print(f"[bold]{session_id}[/] — {len(session)} events, {session.last_turn} turns")
         if header is not None and header.message_prefix:
             console.print(f"session prefix: {len(header.message_prefix)} message(s)")
         for message in session.derive_messages():
@@ -331,11 +321,11 @@ def events(store_url: str, session_id: str) -> None:
 
     async def go() -> None:
         try:
-            _meta, loaded = await _load(store, session_id)
+            session = await load_session(store, session_id)
         finally:
             await store.close()
         out = sys.stdout.buffer
-        for event in loaded:
+        for event in session.events:
             out.write(orjson.dumps(event_to_dict(event)) + b"\n")
         out.flush()
 
@@ -351,10 +341,10 @@ def verify(store_url: str, session_id: str) -> None:
 
     async def go() -> None:
         try:
-            meta, loaded = await _load(store, session_id)
+            session = await load_session(store, session_id)
         finally:
             await store.close()
-        report = verify_log(meta, loaded)
+        report = verify_log(session.meta, session.events)
         click.echo(
             f"ok: {session_id}: {report.events} events, {report.turns} turns, "
             f"{report.requests_checked} requests rebuilt and matched their digests"
@@ -373,16 +363,12 @@ def fork(store_url: str, session_id: str, boundary: int | None, child_id: str | 
     store = existing_store(store_url)
 
     async def go() -> None:
-        from actorloop.runtime.session import Session
-
         try:
-            meta, loaded = await _load(store, session_id)
-            child = Session.from_loaded(session_id, loaded, meta).fork(boundary, child_id)
-            assert child.meta.seed_length is not None
-            await store.fork(session_id, child.meta.seed_length - 1, child.id)
+            point = await fork_point(store, session_id, boundary, child_id)
+            await store.fork(session_id, point.boundary, point.child_id)
         finally:
             await store.close()
-        click.echo(f"forked {session_id} at seq {child.meta.seed_length - 1}: {child.id}")
+        click.echo(f"forked {session_id} at seq {point.boundary}: {point.child_id}")
 
     run_async(go)
 

@@ -330,3 +330,11 @@ class VerificationFailed(ActorloopError):
 
 class WorkloadError(ActorloopError, ValueError):
     """A workload file is missing, unreadable or does not match the schema."""
+
+
+def sole_error(error: BaseException) -> BaseException:
+    """The one exception inside nested single-member exception groups (`error` itself when
+    it is not such a group): public calls raise plain typed exceptions, never a group."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

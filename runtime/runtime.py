@@ -24,8 +24,8 @@ from actorloop.runtime.errors import (
     RuntimeClosed,
     SessionBusy,
     SessionForkError,
-    SessionNotFound,
     StoreError,
+    sole_error,
 )
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
@@ -34,6 +34,7 @@ from actorloop.runtime.kernel import Supervisor
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.session import Session, SessionMeta, new_session_id
+from actorloop.runtime.stored import fork_point
 from actorloop.runtime.stores.base import Store, open_store
 
 log = logging.getLogger("actorloop.runtime")
@@ -259,33 +260,19 @@ class Runtime:
         child_id: str | None,
         options: AgentOptions | None,
     ) -> Agent:
-        """Fork a session no agent here owns. With a boundary, only the seed is read (the
-        store checks the boundary): the source may be live in another process, mid-turn."""
-        if not await self.store.exists(session_id):
-            raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f"session {session_id!r} not found")
+        """Fork a session no agent here owns (it may be live in another process)."""
+        point = await fork_point(self.store, session_id, boundary, child_id)
         if options is None:
             raise ValueError("options are required to fork a session that is not live")
         provider = self.provider_for(options)
-        child: Session | None = None
-        if boundary is None:
-            # The default boundary is the last event: that needs the whole (repaired) log,
-            # which then seeds the child in memory (shared, not read twice).
-            meta, events = await self.store.load(session_id)
-            child = Session.from_loaded(session_id, events, meta).fork(None, child_id)
-            assert child.meta.seed_length is not None
-            boundary, child_id = child.meta.seed_length - 1, child.id
-        child_id = child_id or new_session_id()
-        if child_id == session_id:
-            raise SessionForkError(
-                ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
-            )
-        await self._refuse_existing(child_id)
-        lease = self._claim(child_id)
+        await self._refuse_existing(point.child_id)
+        lease = self._claim(point.child_id)
         try:
-            await self.store.fork(session_id, boundary, child_id)
+            await self.store.fork(session_id, point.boundary, point.child_id)
+            child = point.seeded
             if child is None:
-                meta, events = await self.store.load(child_id, lease=lease)
-                child = Session.from_loaded(child_id, events, meta)
+                meta, events = await self.store.load(point.child_id, lease=lease)
+                child = Session.from_loaded(point.child_id, events, meta)
         except BaseException:
             lease.release()
             raise
@@ -418,17 +405,7 @@ async def _plain_errors() -> AsyncIterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        leaf: BaseException = group
-        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
-            leaf = leaf.exceptions[0]
+        leaf = sole_error(group)
         if leaf is group:
             raise
         raise leaf from None
-
-
-async def load_session(store: Store, session_id: str) -> Session:
-    """Load (and repair) a stored session outside any runtime, e.g. for inspection."""
-    if not await store.exists(session_id):
-        raise SessionNotFound(session_id)
-    meta, events = await store.load(session_id)
-    return Session.from_loaded(session_id, events, meta)

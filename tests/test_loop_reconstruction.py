@@ -35,7 +35,7 @@ from actorloop.runtime import (
 )
 from actorloop.runtime.header_algebra import fold
 from actorloop.runtime.request import digest_of
-from actorloop.runtime.runtime import load_session
+from actorloop.runtime.stored import load_session
 from actorloop.runtime.stores.base import open_store
 from actorloop.runtime.verify import VerificationFailed, verify_log
 

@@ -33,8 +33,9 @@ from actorloop.runtime import (
 )
 from actorloop.runtime.events import RequestHeaderEvent, TurnEnd, TurnStart
 from actorloop.runtime.invariants import check_request
-from actorloop.runtime.runtime import RuntimeClosed, load_session
+from actorloop.runtime.runtime import RuntimeClosed
 from actorloop.runtime.session import Session
+from actorloop.runtime.stored import load_session
 from actorloop.runtime.stores import open_store
 from actorloop.runtime.verify import verify_log
 

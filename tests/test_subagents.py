@@ -28,7 +28,8 @@ from actorloop.runtime.chunks import StreamChunk
 from actorloop.runtime.events import ToolResultEvent, TurnEnd, TurnStart
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.request import Request
-from actorloop.runtime.runtime import Runtime, load_session
+from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.stored import load_session
 from actorloop.runtime.subagents import subagent_tool
 from actorloop.runtime.verify import verify_log
 

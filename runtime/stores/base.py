@@ -70,7 +70,9 @@ class Store(Protocol):
     * `load` truncates a torn tail, validates, and appends and persists repair closers for
       an open last turn. Repair needs the writer's right: pass the caller's `lease`, or
       the store takes a temporary one; if someone else holds it, repair is refused with
-      SessionBusy ("live turn is open").
+      SessionBusy ("live turn is open"). With `repair=False` it is a read-only look at
+      the durable part of the log: validated, nothing cut or appended, no lease needed
+      (a live session's open turn stays open; a torn tail is left out, not cut).
     * `fork` is O(1): the child stores a parent pointer and seed length, nothing is copied.
     * `claim` grants the single-writer lease (across processes too); SessionBusy if held.
     """
@@ -85,7 +87,9 @@ class Store(Protocol):
 
     async def flush(self, session_id: str | None = None) -> None: ...
 
-    async def load(self, session_id: str, *, lease: Lease | None = None) -> Loaded: ...
+    async def load(
+        self, session_id: str, *, lease: Lease | None = None, repair: bool = True
+    ) -> Loaded: ...
 
     async def exists(self, session_id: str) -> bool: ...
 
@@ -224,17 +228,22 @@ def parent_of(meta: SessionMeta, seen: frozenset[str], where: str) -> str:
     return parent
 
 
+def validate_stored(
+    meta: SessionMeta, events: Sequence[SessionEvent], locate: Callable[[int], str]
+) -> Session:
+    """Replay a stored log through every append rule; a rule broken is corruption, and
+    `locate(seq)` names where."""
+    try:
+        return Session.from_events(meta.id, events, meta)
+    except SessionValidationError as exc:
+        raise SessionCorruptError(locate(exc.seq), exc.rule) from exc
+
+
 def plan_repair(
     meta: SessionMeta, events: Sequence[SessionEvent], locate: Callable[[int], str]
 ) -> tuple[SessionEvent, ...]:
-    """Validate a stored log and return the closers for an open last turn (maybe none).
-
-    A stored log that breaks a structure rule is corrupt: `locate(seq)` names where.
-    """
-    try:
-        session = Session.from_events(meta.id, events, meta)
-    except SessionValidationError as exc:
-        raise SessionCorruptError(locate(exc.seq), exc.rule) from exc
+    """Validate a stored log and return the closers for an open last turn (maybe none)."""
+    session = validate_stored(meta, events, locate)
     fixes = closers(events)
     for event in fixes:
         session.append_event(event)

@@ -52,6 +52,7 @@ from actorloop.runtime.stores.base import (
     parent_of,
     plan_repair,
     refuse_live_repair,
+    validate_stored,
     write_guard,
 )
 from actorloop.runtime.stores.ids import check_session_id
@@ -328,16 +329,20 @@ class JsonlStore:
 
         await self._in_thread(run)
 
-    async def load(self, session_id: str, *, lease: Lease | None = None) -> Loaded:
+    async def load(
+        self, session_id: str, *, lease: Lease | None = None, repair: bool = True
+    ) -> Loaded:
         check_session_id(session_id)
 
         def run() -> Loaded:
+            if not repair:
+                return self._load(session_id, may_write=False, repair=False)
             with self._leases.writer_right(session_id, lease) as may_write:
                 return self._load(session_id, may_write)
 
         return await self._in_thread(run)
 
-    def _load(self, session_id: str, may_write: bool) -> Loaded:
+    def _load(self, session_id: str, may_write: bool, *, repair: bool = True) -> Loaded:
         path = self._log_path(session_id)
         scan = self._scan(session_id, self._read(session_id))
         meta = scan.meta
@@ -353,6 +358,9 @@ class JsonlStore:
                 return f"{path} (seq {seq} of the shared fork seed)"
             return f"{path}:{seq - first + FIRST_EVENT_LINE}"
 
+        if not repair:
+            validate_stored(meta, events, locate)
+            return meta, tuple(events)
         fixes = plan_repair(meta, events, locate)
         size = scan.intact_bytes
         if scan.torn is not None or fixes:

@@ -25,6 +25,7 @@ from actorloop.runtime.stores.base import (
     check_continues,
     plan_repair,
     refuse_live_repair,
+    validate_stored,
 )
 from actorloop.runtime.stores.ids import check_session_id
 
@@ -102,12 +103,22 @@ class MemoryStore:
         seed = record.first_seq if length is None else min(length, record.first_seq)
         return self._chain(parent, seed) + events
 
-    async def load(self, session_id: str, *, lease: Lease | None = None) -> Loaded:
+    async def load(
+        self, session_id: str, *, lease: Lease | None = None, repair: bool = True
+    ) -> Loaded:
         await trio.lowlevel.checkpoint()
         record = self._record(session_id)
+
+        def locate(seq: int) -> str:
+            return f"memory:{session_id}#{seq}"
+
+        if not repair:
+            events = self._chain(record)
+            validate_stored(record.meta, events, locate)
+            return record.meta, tuple(events)
         with self._leases.writer_right(session_id, lease) as may_write:
             events = self._chain(record)
-            fixes = plan_repair(record.meta, events, lambda seq: f"memory:{session_id}#{seq}")
+            fixes = plan_repair(record.meta, events, locate)
             if fixes:
                 if not may_write:
                     raise refuse_live_repair(session_id, "its last turn has no turn/end")

@@ -44,6 +44,7 @@ from actorloop.runtime.stores.base import (
     parent_of,
     plan_repair,
     refuse_live_repair,
+    validate_stored,
     write_guard,
 )
 from actorloop.runtime.stores.ids import check_session_id
@@ -285,13 +286,24 @@ class SqliteStore:
         else:
             await trio.lowlevel.checkpoint()
 
-    async def load(self, session_id: str, *, lease: Lease | None = None) -> Loaded:
+    async def load(
+        self, session_id: str, *, lease: Lease | None = None, repair: bool = True
+    ) -> Loaded:
         check_session_id(session_id)
+
+        def locate(seq: int) -> str:
+            return self._where(session_id, seq)
+
+        def read_only(db: sqlite3.Connection) -> Loaded:
+            meta = self._need_meta(db, session_id)
+            events = self._events(db, meta)
+            validate_stored(meta, events, locate)
+            return meta, tuple(events)
 
         def read(db: sqlite3.Connection, may_write: bool) -> Loaded:
             meta = self._need_meta(db, session_id)
             events = self._events(db, meta)
-            fixes = plan_repair(meta, events, lambda seq: self._where(session_id, seq))
+            fixes = plan_repair(meta, events, locate)
             if fixes:
                 if not may_write:
                     raise refuse_live_repair(session_id, "its last turn has no turn/end")
@@ -305,6 +317,8 @@ class SqliteStore:
             with self._leases.writer_right(session_id, lease) as may_write:
                 return self._transaction(lambda db: read(db, may_write), write=may_write)
 
+        if not repair:
+            return await self._in_thread(read_only, write=False)
         return await trio.to_thread.run_sync(run)
 
     async def exists(self, session_id: str) -> bool:

@@ -1,0 +1,54 @@
+"""Stored sessions outside any loop instance: load one (repaired) into a `Session`, and
+settle where a fork of a stored session starts (docs/spec/fork-resume.md)."""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from actorloop.runtime.errors import ErrorCode, SessionForkError, SessionNotFound
+from actorloop.runtime.session import Session, new_session_id
+from actorloop.runtime.stores.base import Store
+
+
+async def load_session(store: Store, session_id: str, *, repair: bool = True) -> Session:
+    """Load a stored session for inspection; `repair=False` reads the durable part only
+    (nothing written, no lease needed, so a session live elsewhere can be looked at)."""
+    if not await store.exists(session_id):
+        raise SessionNotFound(session_id)
+    meta, events = await store.load(session_id, repair=repair)
+    return Session.from_loaded(session_id, events, meta)
+
+
+@frozen
+class ForkPoint:
+    """Where a fork of a stored session starts: the boundary seq and the child's id, and the
+    child already seeded in memory when finding the boundary needed the whole log."""
+
+    boundary: int
+    child_id: str
+    seeded: Session | None = None
+
+
+async def fork_point(
+    store: Store, session_id: str, boundary: int | None, child_id: str | None
+) -> ForkPoint:
+    """Check a fork of the stored `session_id` and settle its boundary and child id.
+
+    With an explicit boundary only the store's own check reads the log (the source may be
+    live in another process, mid-turn); the default boundary is the last event, which needs
+    the whole repaired log, and then seeds the child in memory so it is not read twice.
+    """
+    if not await store.exists(session_id):
+        raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f"session {session_id!r} not found")
+    seeded: Session | None = None
+    if boundary is None:
+        meta, events = await store.load(session_id)
+        seeded = Session.from_loaded(session_id, events, meta).fork(None, child_id)
+        assert seeded.meta.seed_length is not None
+        boundary, child_id = seeded.meta.seed_length - 1, seeded.id
+    child_id = child_id or new_session_id()
+    if child_id == session_id:
+        raise SessionForkError(
+            ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
+        )
+    return ForkPoint(boundary, child_id, seeded)
