@@ -38,16 +38,6 @@ class TurnStructure:
     calls_in_step: dict[str, int] = field(factory=dict)
     results_in_step: set[str] = field(factory=set)
 
-    def copy(self) -> TurnStructure:
-        return TurnStructure(
-            self.last_turn,
-            self.open_turn,
-            self.last_step,
-            self.open_step,
-            dict(self.calls_in_step),
-            set(self.results_in_step),
-        )
-
     def _fail(self, event: SessionEvent, rule: str) -> SessionValidationError:
         return SessionValidationError(event.seq, f"{event.type}: {rule}")
 

@@ -85,9 +85,6 @@ class SurfaceFold:
     def position(self, seq: int) -> int | None:
         return self._pos.get(seq)
 
-    def node_at(self, position: int) -> int:
-        return self._nodes[position]
-
     def check(self, event: SessionEvent, lookup: SessionEventLookup) -> None:
         """Raise if `event`'s surface op cannot apply; changes nothing."""
         op = event.surface_op
@@ -184,14 +181,3 @@ class SurfaceFold:
             link = chain_step(link, message)
             self._chain.append(link)
         return link
-
-    def copy(self) -> SurfaceFold:
-        twin = SurfaceFold()
-        twin._nodes = list(self._nodes)
-        twin._derived = list(self._derived)
-        twin._pos = dict(self._pos)
-        twin.generation = self.generation
-        twin._messages = self._messages
-        twin._messages_nodes = self._messages_nodes
-        twin._chain = list(self._chain)
-        return twin
