@@ -29,3 +29,13 @@ class SessionMeta:
     seed_length: int | None = None
     version: int = FORMAT_VERSION
     labels: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+
+
+@frozen
+class DamagedSession:
+    """A stored session whose record cannot be read. `Store.list()` reports it in place of
+    its `SessionMeta`, so one damaged session never hides (or breaks) the listing of the
+    others; `problem` says what is wrong and where."""
+
+    id: str
+    problem: str
