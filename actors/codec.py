@@ -10,7 +10,7 @@ from typing import TypeAlias
 import trio
 from attrs import frozen
 
-from actorloop.runtime.errors import StoreError
+from actorloop.runtime.errors import GroupCommitError, SessionWriteError, StoreError
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.kernel import Reply
 from actorloop.runtime.stores.base import Store
@@ -44,8 +44,13 @@ class CodecActor:
     Messages are handled in arrival order. Each round takes everything queued (up to
     MAX_BATCH_MESSAGES), writes all of its events in one `append_batch`, and only then
     answers the barriers in that round, so a barrier returns once everything submitted
-    before it is durable. A store failure fails closed: the barriers of that round and
-    every later submit or barrier raise StoreError, nothing is dropped silently.
+    before it is durable.
+
+    Sessions are isolated: when the store could not write one session's events (the group
+    commit raised GroupCommitError), that session's next barrier raises SessionWriteError
+    (its later submits are not written until then) while every other session's barriers
+    return. A failure of the store itself fails closed: the barriers of that round and
+    every later submit or barrier raise StoreError. Nothing is dropped silently.
     """
 
     def __init__(self, store: Store, *, capacity: int = 1024) -> None:
@@ -54,6 +59,8 @@ class CodecActor:
         self.store = store
         self._send, self._receive = trio.open_memory_channel[_Message](capacity)
         self._failure: BaseException | None = None
+        self._session_failures: dict[str, Exception] = {}
+        """Per-session failures not yet reported to a barrier of that session."""
         self._started = False
         self._closing = False
         self._stopped = trio.Event()
@@ -97,12 +104,18 @@ class CodecActor:
 
     async def _round(self, batch: list[_Message]) -> None:
         writes: dict[str, list[SessionEvent]] = {}
-        barriers: list[Reply[None]] = []
+        barriers: list[tuple[str | None, Reply[None]]] = []
         for message in batch:
-            if isinstance(message, _Submit) and message.events:
+            # A session with an unreported failure writes nothing until its barrier has
+            # reported it: those events are covered by that report.
+            if (
+                isinstance(message, _Submit)
+                and message.events
+                and message.session_id not in self._session_failures
+            ):
                 writes.setdefault(message.session_id, []).extend(message.events)
             if message.reply is not None:
-                barriers.append(message.reply)
+                barriers.append((message.session_id, message.reply))
         if writes and self._failure is None:
             try:
                 await self.store.append_batch(
@@ -111,6 +124,18 @@ class CodecActor:
             except trio.Cancelled:
                 self._abandon(batch)
                 raise
+            except GroupCommitError as exc:
+                for session_id, error in exc.failures:
+                    log.error(
+                        "store %s could not write %d events of session %s; the other %d "
+                        "sessions of the group commit were written",
+                        self.store.url,
+                        len(writes.get(session_id, ())),
+                        session_id,
+                        len(writes) - len(exc.failures),
+                        exc_info=error,
+                    )
+                    self._session_failures.setdefault(session_id, error)
             except Exception as exc:
                 count = sum(len(events) for events in writes.values())
                 log.error(
@@ -121,11 +146,18 @@ class CodecActor:
                     exc_info=exc,
                 )
                 self._failure = exc
-        for reply in barriers:
-            if self._failure is None:
-                reply.send(None)
-            else:
+        for barrier_of, reply in barriers:
+            if self._failure is not None:
                 reply.fail(self._error())
+            elif barrier_of is None:
+                if self._session_failures:
+                    reply.fail(self._unwritten_error())
+                else:
+                    reply.send(None)
+            elif barrier_of in self._session_failures:
+                reply.fail(self._session_error(barrier_of, self._session_failures.pop(barrier_of)))
+            else:
+                reply.send(None)
 
     def _abandon(self, messages: list[_Message]) -> None:
         unwritten = any(isinstance(m, _Submit) and m.events for m in messages)
@@ -146,6 +178,19 @@ class CodecActor:
             )
         error.__cause__ = cause
         return error
+
+    def _session_error(self, session_id: str, cause: Exception) -> SessionWriteError:
+        error = SessionWriteError(
+            session_id,
+            f"store {self.store.url}: {type(cause).__name__}: {cause}; events submitted "
+            "since its last successful barrier may not be durable",
+        )
+        error.__cause__ = cause
+        return error
+
+    def _unwritten_error(self) -> StoreError:
+        shown = ", ".join(repr(session_id) for session_id in sorted(self._session_failures))
+        return StoreError(f"store {self.store.url}: sessions {shown} were not written")
 
     # the API --------------------------------------------------------------------------
 
@@ -173,14 +218,17 @@ class CodecActor:
     async def flush(self, session_id: str | None = None) -> None:
         """Barrier: returns once everything submitted before it is durable.
 
-        Raises StoreError if the store failed (now or earlier): the actor fails closed.
+        Raises StoreError if the store failed (now or earlier): the actor fails closed. A
+        barrier of one session raises SessionWriteError if that session's events could not
+        be written (the other sessions are unaffected); a barrier of all sessions (None)
+        raises StoreError while any session has such a failure unreported.
         """
         reply: Reply[None] = Reply()
         await self._send_message(_Barrier(session_id, reply))
         await reply.wait()
 
     async def persist(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        """Submit and wait until durable."""
+        """Submit and wait until durable (a barrier of `session_id`, see `flush`)."""
         reply: Reply[None] = Reply()
         await self._send_message(_Submit(session_id, tuple(events), reply))
         await reply.wait()
@@ -196,3 +244,6 @@ class CodecActor:
             self._abandon(self._drain())
         if self._failure is not None:
             raise self._error()
+        if self._session_failures:
+            # Failures no barrier of their session has reported: say so now, not never.
+            raise self._unwritten_error()

@@ -1,10 +1,17 @@
-"""JSONL framing for the file store (pure, no I/O): checksummed lines and the torn-tail scan.
+"""JSONL framing for the file store (pure, no I/O): checksummed lines, the acknowledged-head
+record, and the scan that tells a torn tail from damage.
 
 A log file is a sequence of lines `<crc32 of JSON, 8 lowercase hex> <canonical JSON>\\n`.
-Line 1 is the session meta record; line `seq + 2` is event `seq`. A line whose checksum,
-JSON, envelope or seq does not check out is damaged. Damage after the last intact
-`turn/end` is a torn tail (the bytes from the first damaged line on are cut off); damage at
-or before it is corruption (SessionCorruptError naming file and line).
+Line 1 is the session meta record; line `seq + 2` is event `seq`. Beside it the store keeps
+a head record (`head_record`): how many bytes and events of the log were acknowledged
+(fsynced before a barrier returned).
+
+Only an incomplete final write is a torn tail: a last line without its newline that is a
+strict prefix of a valid line (the frame cut anywhere, or whole but for the newline), lying
+past the acknowledged head. It is cut off. Anything else is corruption
+(SessionCorruptError naming file and line): a complete line whose checksum, JSON, envelope
+or seq does not check out, a final fragment that no write could have left, or a file
+shorter than its acknowledged head.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from actorloop.runtime.errors import (
     SessionFormatError,
     SessionFormatUnsupported,
 )
-from actorloop.runtime.events import SessionEvent, TurnEnd
+from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.meta import SessionMeta
 
 LogBuffer: TypeAlias = bytes | mmap.mmap
@@ -67,12 +74,42 @@ def event_line_number(seq: int) -> int:
 
 
 @frozen
+class AckHead:
+    """The acknowledged part of a log: its first `size` bytes, holding `events` events (the
+    next seq, a fork's seed included)."""
+
+    size: int
+    events: int
+
+
+HEAD_RECORD_SIZE = 43
+"""A head record is one framed line of fixed width, so it is always rewritten whole."""
+
+
+def head_record(head: AckHead) -> bytes:
+    record = frame(b"%016x %016x" % (head.size, head.events))
+    assert len(record) == HEAD_RECORD_SIZE
+    return record
+
+
+def read_head(raw: bytes, name: str) -> AckHead | None:
+    """The head record in `raw` (a head file's bytes); None if there is none yet (empty:
+    never written, or its creation was cut short). Damage is corruption."""
+    if not raw:
+        return None
+    payload = unframe(raw[:-1]) if len(raw) == HEAD_RECORD_SIZE and raw[-1:] == b"\n" else None
+    fields = payload.split(b" ") if payload is not None else []
+    if len(fields) != 2 or any(len(part) != 16 or part.strip(_HEX_DIGITS) for part in fields):
+        raise SessionCorruptError(name, "acknowledged-head record is damaged")
+    return AckHead(int(fields[0], 16), int(fields[1], 16))
+
+
+@frozen
 class TornTail:
-    """What a load cut off: from 1-based `line` on, `dropped_lines` lines / `dropped_bytes`."""
+    """What a load cut off: from 1-based `line` on, `dropped_bytes` of an incomplete write."""
 
     line: int
     problem: str
-    dropped_lines: int
     dropped_bytes: int
 
 
@@ -83,6 +120,41 @@ class LogScan:
     intact_bytes: int
     """Length of the intact prefix: the file is cut back to this if `torn` is set."""
     torn: TornTail | None
+
+
+def _is_json_prefix(payload: bytes) -> bool:
+    """Whether `payload` is a proper prefix of some JSON text (what a cut write leaves)."""
+    if not payload:
+        return True
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A multi-byte character cut at the very end is what a torn write leaves.
+        if exc.reason != "unexpected end of data" or exc.end != len(payload):
+            return False
+        payload = payload[: exc.start]
+    try:
+        orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        return exc.msg == "unexpected end of data" and exc.pos >= len(payload)
+    return False  # complete JSON whose checksum did not match: damage, not a cut
+
+
+def is_torn_write(fragment: bytes) -> bool:
+    """Whether a final fragment (no newline) is a strict prefix of a valid framed line."""
+    if b"\n" in fragment:
+        return False
+    head = fragment[:_CRC_WIDTH]
+    if head.strip(_HEX_DIGITS):
+        return False
+    if len(fragment) <= _CRC_WIDTH:
+        return True
+    if fragment[_CRC_WIDTH] != 0x20:
+        return False
+    payload = fragment[_CRC_WIDTH + 1 :]
+    if payload and unframe(fragment) is not None:
+        return True  # a whole line but for its newline
+    return _is_json_prefix(payload)
 
 
 def _split(data: bytes) -> tuple[list[bytes], bool]:
@@ -108,16 +180,6 @@ def _read_event(line: bytes, where: str, expected_seq: int) -> SessionEvent | st
     return event
 
 
-def _is_turn_end_line(line: bytes, where: str) -> bool:
-    payload = unframe(line)
-    if payload is None:
-        return False
-    try:
-        return isinstance(decode_event(payload, where).data, TurnEnd)
-    except SessionFormatError:
-        return False
-
-
 def read_meta(data: LogBuffer, name: str) -> SessionMeta:
     """The meta record on line 1 (written atomically, so any damage there is corruption)."""
     end = data.find(b"\n")
@@ -133,48 +195,74 @@ def read_meta(data: LogBuffer, name: str) -> SessionMeta:
         raise SessionCorruptError(where, exc.problem) from exc
 
 
-def scan_log(data: bytes, name: str, *, first_seq: int = 0, limit: int | None = None) -> LogScan:
-    """Parse a whole log file, classifying damage as torn tail or corruption.
+def scan_log(
+    data: bytes,
+    name: str,
+    *,
+    first_seq: int = 0,
+    limit: int | None = None,
+    acked: AckHead | None = None,
+) -> LogScan:
+    """Parse a whole log file, telling a torn tail from corruption.
 
     `first_seq` is the seq of the first event line (a fork child's own events start at
-    its seed length). With `limit`, only that many events are wanted: they must all be
-    intact (a fork parent's shared seed), and anything after them is not examined.
+    its seed length); `acked` the head record, if any. With `limit`, only that many events
+    are wanted: they must all be intact (a fork parent's shared seed), and anything after
+    them is not examined.
     """
     meta = read_meta(data, name)
     lines, complete = _split(data)
+    if acked is not None and acked.size > len(data):
+        raise SessionCorruptError(
+            name,
+            f"the file is {len(data)} bytes, shorter than its acknowledged head "
+            f"({acked.size} bytes, {acked.events} events): acknowledged events are missing",
+        )
     events: list[SessionEvent] = []
     offset = len(lines[0]) + 1
+
+    def check_head(where: str) -> None:
+        """At the acknowledged head's offset, the log must hold the events it records."""
+        if acked is None or offset != acked.size:
+            return
+        if first_seq + len(events) != acked.events:
+            raise SessionCorruptError(
+                where,
+                f"the acknowledged head records {acked.events} events in {acked.size} bytes, "
+                f"the log holds {first_seq + len(events)} there",
+            )
+
+    if acked is not None and acked.size < offset:
+        raise SessionCorruptError(name, "the acknowledged head ends inside the meta line")
+    check_head(f"{name}:{META_LINE}")
     for index in range(1, len(lines)):
         if limit is not None and len(events) == limit:
             break
         line_no = index + 1
         where = f"{name}:{line_no}"
-        is_last = index == len(lines) - 1
-        seq = first_seq + len(events)
-        result: SessionEvent | str
-        if is_last and not complete:
-            result = "incomplete line (no newline)"
-        else:
-            result = _read_event(lines[index], where, seq)
-        if isinstance(result, str):
+        if index == len(lines) - 1 and not complete:
+            fragment = lines[index]
             if limit is not None:
-                raise SessionCorruptError(where, f"{result} inside a shared fork seed")
-            later_end = next(
-                (
-                    later + 1
-                    for later in range(index + 1, len(lines))
-                    if _is_turn_end_line(lines[later], f"{name}:{later + 1}")
-                ),
-                None,
-            )
-            if later_end is not None:
+                raise SessionCorruptError(where, "incomplete line inside a shared fork seed")
+            if acked is not None and offset < acked.size:
                 raise SessionCorruptError(
-                    where, f"{result}; an intact turn/end follows on line {later_end}"
+                    where, f"incomplete last line inside the acknowledged head ({acked.size} bytes)"
                 )
-            torn = TornTail(line_no, result, len(lines) - index, len(data) - offset)
+            if not is_torn_write(fragment):
+                raise SessionCorruptError(
+                    where, "last line has no newline and is not the beginning of a valid line"
+                )
+            torn = TornTail(line_no, "incomplete final write", len(fragment))
             return LogScan(meta, tuple(events), offset, torn)
+        result = _read_event(lines[index], where, first_seq + len(events))
+        if isinstance(result, str):
+            raise SessionCorruptError(where, result)
         events.append(result)
+        start = offset
         offset += len(lines[index]) + 1
+        if acked is not None and start < acked.size < offset:
+            raise SessionCorruptError(where, "the acknowledged head ends inside this line")
+        check_head(where)
     if limit is not None and len(events) < limit:
         raise SessionCorruptError(
             f"{name}:{event_line_number(first_seq + len(events))}",

@@ -1,8 +1,9 @@
 """JSON value discipline: validate, detach (deep-copy + deep-freeze) and canonically encode.
 
-Every free-form value that enters a session (tool schemas, context meta, labels) passes
-through `freeze_json`, which is iterative so deeply nested values never hit the recursion
-limit.
+Every free-form value that enters a session (tool schemas, context meta, labels, and every
+event's data when it is appended) passes through `freeze_json`, which is iterative so deeply
+nested values never hit the recursion limit. Strings (keys too) must be encodable as UTF-8:
+a lone surrogate is refused here, at append, in every store alike.
 """
 
 from __future__ import annotations
@@ -78,8 +79,32 @@ def _child_path(path: str, key: str | int) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
 
 
+def _encodable(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_text(text: str, path: str = "$") -> None:
+    """Refuse a string with no UTF-8 form (a lone surrogate such as "\\ud800"): JSON stores
+    cannot encode it, so it must not get into a log. Raises JsonValueError naming `path`."""
+    if _encodable(text):
+        return
+    index = next(i for i, char in enumerate(text) if 0xD800 <= ord(char) <= 0xDFFF)
+    raise JsonValueError(
+        path, f"lone surrogate U+{ord(text[index]):04X} at index {index} has no UTF-8 form"
+    )
+
+
 def _check_scalar(value: object, path: str) -> None:
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, str):
+        check_text(value, path)
+        return
+    if isinstance(value, bool) or value is None:
         return
     if isinstance(value, int):
         if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
@@ -137,6 +162,7 @@ def freeze_json(value: object, path: str = "$") -> JsonValue:
             for key in keys:
                 if not isinstance(key, str):
                     raise JsonValueError(node_path, f"non-string key {key!r}")
+                check_text(key, f"{node_path} (key {key!r})")
             slots = [None] * len(keys)
             heights = [0] * len(keys)
             on_stack.add(node_id)
@@ -178,7 +204,11 @@ def _freeze_fast(value: Any, depth: int) -> Any:
     values) raises _NotFast and the iterative walk handles it with the error path.
     """
     kind = type(value)
-    if kind is str or value is None or kind is bool:
+    if kind is str:
+        if _encodable(value):
+            return value
+        raise _NotFast
+    if value is None or kind is bool:
         return value
     if kind is int:
         if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
@@ -193,7 +223,7 @@ def _freeze_fast(value: Any, depth: int) -> Any:
     if kind is dict or kind is FrozenDict:
         out = {}
         for key, item in value.items():
-            if type(key) is not str:
+            if type(key) is not str or not _encodable(key):
                 raise _NotFast
             out[key] = _freeze_fast(item, depth + 1)
         return FrozenDict(out)

@@ -1,11 +1,14 @@
-"""Row mapping for the durable stores: session meta records and SQL event rows (pure, no I/O).
+"""Row mapping for the durable stores: session meta records and SQL rows (pure, no I/O).
 
 A meta record is canonical JSON of every `SessionMeta` field; its `version` is read first so
-a newer or unknown format is refused before anything else is interpreted.
+a newer or unknown format is refused before anything else is interpreted. SQL rows carry a
+CRC-32 over their stored bytes (the key included, so a row moved to another session or seq
+is caught too), and a session row the acknowledged head of its log.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import orjson
@@ -16,11 +19,14 @@ from actorloop.runtime.errors import SessionFormatError, SessionFormatUnsupporte
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.meta import FORMAT_VERSION, SessionMeta
 
-EventRow = tuple[str, int, str, int, bytes]
-"""`events(session_id, seq, type, time, body)`; `body` is the canonical event JSON."""
+EventRow = tuple[str, int, str, int, bytes, int]
+"""`events(session_id, seq, type, time, body, crc)`; `body` is the canonical event JSON and
+`crc` the CRC-32 of session id, seq and body (`event_crc`)."""
 
-SessionRow = tuple[str, bytes, str | None, int | None, int]
-"""`sessions(id, meta, parent, seed_length, version)`; `meta` is the canonical meta JSON."""
+SessionRow = tuple[str, bytes, str | None, int | None, int, int, int]
+"""`sessions(id, meta, parent, seed_length, version, head, crc)`; `meta` is the canonical
+meta JSON, `head` the number of events the log holds (its next seq, a fork's seed included),
+`crc` the CRC-32 of id and meta (`meta_crc`)."""
 
 _META_KEYS = frozenset({"version", "id", "created_at", "parent_session", "seed_length", "labels"})
 
@@ -101,28 +107,82 @@ def decode_meta(raw: bytes, where: str) -> SessionMeta:
     return meta_from_dict(body, where)
 
 
+def meta_crc(session_id: str, raw: bytes) -> int:
+    return zlib.crc32(raw, zlib.crc32(session_id.encode() + b"\x00"))
+
+
+def event_crc(session_id: str, seq: int, body: bytes) -> int:
+    return zlib.crc32(body, zlib.crc32(b"%s\x00%d\x00" % (session_id.encode(), seq)))
+
+
 def session_row(meta: SessionMeta) -> SessionRow:
-    return (meta.id, encode_meta(meta), meta.parent_session, meta.seed_length, meta.version)
+    """The row of a new session: its head is its seed (nothing of its own stored yet)."""
+    raw = encode_meta(meta)
+    return (
+        meta.id,
+        raw,
+        meta.parent_session,
+        meta.seed_length,
+        meta.version,
+        meta.seed_length or 0,
+        meta_crc(meta.id, raw),
+    )
+
+
+def _blob(value: object, column: str, where: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    stored = "TEXT" if isinstance(value, str) else type(value).__name__
+    raise SessionFormatError(where, f"{column} is stored as {stored}, not as a BLOB")
+
+
+def _checksum(value: object, expected: int, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SessionFormatError(where, f"row checksum is missing or not an int ({value!r:.40})")
+    if value != expected:
+        raise SessionFormatError(
+            where, f"row checksum mismatch (stored {value:#010x}, computed {expected:#010x})"
+        )
+
+
+def head_of(row: tuple[Any, ...], where: str) -> int:
+    """The acknowledged head (event count) a `sessions` row records."""
+    head = row[5]
+    if isinstance(head, bool) or not isinstance(head, int) or head < 0:
+        raise SessionFormatError(where, f"acknowledged head must be an int >= 0, got {head!r:.40}")
+    return head
 
 
 def meta_from_row(row: tuple[Any, ...], where: str) -> SessionMeta:
-    """Rebuild the meta of a `sessions` row, checking the columns agree with the record."""
-    session_id, raw, parent, seed_length, version = row
+    """Rebuild the meta of a `sessions` row, checking its checksum and that the columns agree
+    with the record."""
+    session_id, raw, parent, seed_length, version, _head, crc = row
+    if not isinstance(session_id, str):
+        raise SessionFormatError(where, f"session id is stored as {type(session_id).__name__}")
+    raw = _blob(raw, "session meta", where)
+    _checksum(crc, meta_crc(session_id, raw), where)
     check_version(version, where)
-    meta = decode_meta(bytes(raw), where)
+    meta = decode_meta(raw, where)
     if (meta.id, meta.parent_session, meta.seed_length) != (session_id, parent, seed_length):
         raise SessionFormatError(where, "sessions columns disagree with the stored meta record")
     return meta
 
 
 def event_row(session_id: str, event: SessionEvent) -> EventRow:
-    return (session_id, event.seq, event.type, event.time, encode_event(event))
+    body = encode_event(event)
+    crc = event_crc(session_id, event.seq, body)
+    return (session_id, event.seq, event.type, event.time, body, crc)
 
 
 def event_from_row(row: tuple[Any, ...], where: str) -> SessionEvent:
-    """Decode an `events` row's body, checking it agrees with the seq/type/time columns."""
-    _session_id, seq, event_type, time, body = row
-    event = decode_event(bytes(body), where)
+    """Decode an `events` row's body after checking its checksum, and check it agrees with
+    the seq/type/time columns."""
+    session_id, seq, event_type, time, body, crc = row
+    body = _blob(body, "event body", where)
+    if isinstance(seq, bool) or not isinstance(seq, int) or not isinstance(session_id, str):
+        raise SessionFormatError(where, f"row key ({session_id!r:.40}, {seq!r:.40}) is damaged")
+    _checksum(crc, event_crc(session_id, seq, body), where)
+    event = decode_event(body, where)
     if (event.seq, event.type, event.time) != (seq, event_type, time):
         raise SessionFormatError(
             where,

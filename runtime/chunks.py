@@ -1,12 +1,14 @@
-"""Provider stream chunks, token usage, and the assembler that folds chunks into content."""
+"""Provider stream chunks, token usage, the assembler that folds chunks into content, and
+the checks of what providers and tools hand the loop (`check_chunk`, `check_tool_output`)."""
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, get_args
 
 from attrs import frozen
 
-from actorloop.runtime.errors import StreamProtocolError
+from actorloop.codecs.jsonvalue import MAX_SAFE_INT, check_text
+from actorloop.runtime.errors import JsonValueError, StreamProtocolError, ToolOutputError
 from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall
 
 BlockKind: TypeAlias = Literal["text", "reasoning", "tool_call"]
@@ -155,3 +157,109 @@ class ChunkAssembler:
             if not (drop_tool_calls and isinstance(block, ToolCall))
             and not (isinstance(block, Text) and block.text == "")
         )
+
+
+# ---------------------------------------------------------------------- checks at the seams
+
+CHUNK_TYPES: tuple[type, ...] = get_args(StreamChunk)
+_BLOCK_KINDS: tuple[str, ...] = get_args(BlockKind)
+_FINISH_KINDS: tuple[str, ...] = get_args(FinishKind)
+
+
+def _fail(where: str, expected: str, value: object) -> StreamProtocolError:
+    return StreamProtocolError(
+        f"{where} must be {expected}, got {type(value).__name__} {value!r:.40}"
+    )
+
+
+def _count(value: object, where: str) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_SAFE_INT:
+        raise _fail(where, "an int >= 0", value)
+
+
+def _text(value: object, where: str, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if type(value) is not str:
+        raise _fail(where, "a str or None" if optional else "a str", value)
+    try:
+        check_text(value, where)
+    except JsonValueError as exc:
+        raise StreamProtocolError(str(exc)) from exc
+
+
+def _one_of(value: object, allowed: tuple[str, ...], where: str) -> None:
+    if type(value) is not str or value not in allowed:
+        raise _fail(where, f"one of {', '.join(allowed)}", value)
+
+
+def check_chunk(chunk: object) -> StreamChunk:
+    """`chunk` if it is a stream chunk whose every field has its declared type and whose
+    strings are encodable (no lone surrogate); otherwise StreamProtocolError saying which
+    field is wrong. The loop calls this on each chunk before appending it."""
+    name = type(chunk).__name__
+    if isinstance(chunk, BlockStart):
+        _count(chunk.index, f"{name}.index")
+        _one_of(chunk.kind, _BLOCK_KINDS, f"{name}.kind")
+        _text(chunk.call_id, f"{name}.call_id", optional=True)
+        _text(chunk.name, f"{name}.name", optional=True)
+    elif isinstance(chunk, (TextDelta, ReasoningDelta)):
+        _count(chunk.index, f"{name}.index")
+        _text(chunk.text, f"{name}.text")
+        if isinstance(chunk, ReasoningDelta):
+            _text(chunk.signature, f"{name}.signature", optional=True)
+    elif isinstance(chunk, ToolCallDelta):
+        _count(chunk.index, f"{name}.index")
+        _text(chunk.arguments, f"{name}.arguments")
+    elif isinstance(chunk, BlockEnd):
+        _count(chunk.index, f"{name}.index")
+    elif isinstance(chunk, UsageReport):
+        usage = chunk.usage
+        if type(usage) is not TokenUsage:
+            raise _fail(f"{name}.usage", "a TokenUsage", usage)
+        for bucket in ("input", "output", "cache_read", "cache_write", "reasoning"):
+            _count(getattr(usage, bucket), f"{name}.usage.{bucket}")
+    elif isinstance(chunk, Finish):
+        _one_of(chunk.kind, _FINISH_KINDS, f"{name}.kind")
+        error = chunk.error
+        if error is not None:
+            if type(error) is not ErrorInfo:
+                raise _fail(f"{name}.error", "an ErrorInfo or None", error)
+            _text(error.message, f"{name}.error.message")
+            _text(error.code, f"{name}.error.code", optional=True)
+    else:
+        raise StreamProtocolError(
+            f"provider yielded {name} {chunk!r:.40}, not a stream chunk "
+            f"({', '.join(cls.__name__ for cls in CHUNK_TYPES)})"
+        )
+    if type(chunk) not in CHUNK_TYPES:
+        raise StreamProtocolError(f"provider yielded {name}, a subclass of a stream chunk")
+    return chunk
+
+
+def check_tool_output(output: object) -> tuple[Text, ...]:
+    """A tool's output as text blocks: a str, or a tuple/list of `Text` whose `text` is a
+    str; every string encodable (no lone surrogate). Anything else raises ToolOutputError
+    (code INVALID_TOOL_OUTPUT), for the loop to record as that tool's error result."""
+    try:
+        if type(output) is str:
+            check_text(output, "output")
+            return (Text(output),)
+        if isinstance(output, (tuple, list)):
+            for index, block in enumerate(output):
+                if type(block) is not Text:
+                    raise ToolOutputError(
+                        f"tool output block {index} is {type(block).__name__}, expected Text"
+                    )
+                if type(block.text) is not str:
+                    raise ToolOutputError(
+                        f"tool output block {index}: Text.text is "
+                        f"{type(block.text).__name__}, expected str"
+                    )
+                check_text(block.text, f"output[{index}].text")
+            return tuple(output)
+    except JsonValueError as exc:
+        raise ToolOutputError(f"tool output at {exc.path}: {exc.problem}") from exc
+    raise ToolOutputError(
+        f"tool returned {type(output).__name__}; expected a str or a tuple of Text"
+    )

@@ -16,6 +16,7 @@ keep working)::
     │   ├── InvalidSessionId           [ValueError] unusable as a file name or key
     │   └── HeaderFoldError            [ValueError] a header delta has nothing to apply to
     ├── ContentError                   [TypeError] content is not a str or a tuple of blocks
+    ├── ToolOutputError                [TypeError] a tool output is not a str or tuple of Text
     ├── JsonValueError                 [ValueError] a value has no lossless JSON form
     ├── ToolOrderError                 [ValueError] `tool_order` names an unknown tool
     ├── AgentError                     a call on an agent handle was refused
@@ -31,7 +32,9 @@ keep working)::
     ├── CompactionFailed               the summarizer failed closed; `.code` says how
     ├── SubagentError                  a child agent could not answer its parent's call
     ├── StoreError                     the durable store failed; barriers fail closed
-    │   └── StoreUrlError              [ValueError] a store URL this build does not understand
+    │   ├── StoreUrlError              [ValueError] a store URL this build does not understand
+    │   ├── SessionWriteError          one session's events were not written; others were
+    │   └── GroupCommitError           a group commit wrote every session but the failed ones
     ├── HookError                      a listener broke the hook protocol
     │   └── UnknownHookError           [KeyError] no hook by that name
     ├── ActorStopped                   an actor ended before taking a message or answering
@@ -83,6 +86,12 @@ class ErrorCode(StrEnum):
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
 
+    # content rules at append (SessionValidationError.code) and checks of what providers
+    # and tools hand the loop (ToolOutputError.code, StreamProtocolError)
+    TOOL_BLOCK_IN_USER_CONTENT = "TOOL_BLOCK_IN_USER_CONTENT"
+    DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
+    INVALID_TOOL_OUTPUT = "INVALID_TOOL_OUTPUT"
+
     # compaction (compaction/end error.code, CompactionFailed.code)
     CANCELLED = "CANCELLED"
     COMPACTION_FAILED = "COMPACTION_FAILED"
@@ -104,12 +113,14 @@ class SessionError(ActorloopError):
 
 
 class SessionValidationError(SessionError, ValueError):
-    """An append (or a loaded event) breaks a log rule; nothing was changed."""
+    """An append (or a loaded event) breaks a log rule; nothing was changed. `code` is set
+    for the content rules a caller may want to map (e.g. DUPLICATE_TOOL_CALL_ID)."""
 
-    def __init__(self, seq: int, rule: str) -> None:
+    def __init__(self, seq: int, rule: str, code: ErrorCode | None = None) -> None:
         super().__init__(f"event {seq}: {rule}")
         self.seq = seq
         self.rule = rule
+        self.code = code
 
 
 class SessionFormatError(SessionError, ValueError):
@@ -179,6 +190,13 @@ class HeaderFoldError(SessionError, ValueError):
 
 class ContentError(ActorloopError, TypeError):
     """Content given to the API is neither a string nor a tuple of content blocks."""
+
+
+class ToolOutputError(ActorloopError, TypeError):
+    """A tool returned something other than a str or a sequence of `Text` with str text
+    (or a string with a lone surrogate); `code` is INVALID_TOOL_OUTPUT."""
+
+    code = ErrorCode.INVALID_TOOL_OUTPUT
 
 
 class JsonValueError(ActorloopError, ValueError):
@@ -288,6 +306,28 @@ class StoreError(ActorloopError):
 
 class StoreUrlError(StoreError, ValueError):
     """A store URL (or store option) is not one this build understands."""
+
+
+class SessionWriteError(StoreError):
+    """The store could not write one session's events; the other sessions of the same group
+    commit are unaffected. The store's own error (tail check, lease, encoding, I/O) is the
+    `__cause__`."""
+
+    def __init__(self, session_id: str, problem: str) -> None:
+        super().__init__(f"session {session_id!r} was not written: {problem}")
+        self.session_id = session_id
+        self.problem = problem
+
+
+class GroupCommitError(StoreError):
+    """A group commit wrote and committed every session of the batch except those in
+    `failures` (session id, the error that session met), which wrote nothing."""
+
+    def __init__(self, failures: tuple[tuple[str, Exception], ...]) -> None:
+        shown = "; ".join(f"{session_id!r}: {error}" for session_id, error in failures[:3])
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        super().__init__(f"{len(failures)} session(s) not written: {shown}{more}")
+        self.failures = failures
 
 
 class HookError(ActorloopError):

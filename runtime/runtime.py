@@ -31,6 +31,7 @@ from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
 from actorloop.runtime.invariants import InvariantCheckedProvider
 from actorloop.runtime.kernel import Supervisor
+from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.session import Session, SessionMeta, new_session_id
@@ -157,7 +158,7 @@ class Runtime:
     def agents(self) -> tuple[Agent, ...]:
         return tuple(loop.agent for loop in self._loops.values())
 
-    async def list_sessions(self) -> tuple[SessionMeta, ...]:
+    async def list_sessions(self) -> tuple[SessionMeta | DamagedSession, ...]:
         return await self.store.list()
 
     @property

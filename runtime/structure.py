@@ -1,4 +1,6 @@
-"""Turn/step structure rules (session-log.md §1) as an incremental state machine.
+"""Turn/step structure rules (session-log.md §1) as an incremental state machine, and the
+content rules checked at the same point (no tool blocks in user or context content, no
+duplicate tool-call id in one assistant message).
 
 `check` raises without changing anything; `advance` commits an already-checked event.
 """
@@ -13,7 +15,9 @@ from actorloop.runtime.events import (
     AssistantMessage,
     CompactionEnd,
     CompactionStart,
+    ContextMessage,
     IgnorableData,
+    PromptBlocked,
     Replace,
     SessionEvent,
     SteeringMessage,
@@ -23,10 +27,53 @@ from actorloop.runtime.events import (
     ToolResultEvent,
     TurnEnd,
     TurnStart,
+    UserMessage,
 )
+from actorloop.runtime.messages import Content, ToolCall, ToolResult
 
 SYNTHETIC_RESULT_CODES = frozenset({ErrorCode.TOOL_NOT_STARTED})
 """Results that may stand without a logged `tool/call` (written only by crash repair)."""
+
+_USER_SIDE = (UserMessage, PromptBlocked, ContextMessage, SteeringMessage)
+"""Content a user or a plugin supplies: text and reasoning only. A tool call or result
+there would become an orphan result or a user-role call in every later request."""
+
+
+def check_content(event: SessionEvent) -> None:
+    """The content rules of an event (raises SessionValidationError with a `code`)."""
+    data = event.data
+    if isinstance(data, _USER_SIDE):
+        _no_tool_blocks(event, data.content)
+    elif isinstance(data, AssistantMessage):
+        seen: set[str] = set()
+        for index, block in enumerate(data.content):
+            if isinstance(block, ToolResult):
+                raise SessionValidationError(
+                    event.seq,
+                    f"{event.type}: content block {index} is a ToolResult; a model's "
+                    "message cannot carry a tool result",
+                    ErrorCode.TOOL_BLOCK_IN_USER_CONTENT,
+                )
+            if isinstance(block, ToolCall):
+                if block.id in seen:
+                    raise SessionValidationError(
+                        event.seq,
+                        f"{event.type}: tool call id {block.id!r} appears twice in one "
+                        "assistant message",
+                        ErrorCode.DUPLICATE_TOOL_CALL_ID,
+                    )
+                seen.add(block.id)
+
+
+def _no_tool_blocks(event: SessionEvent, content: Content) -> None:
+    for index, block in enumerate(content):
+        if isinstance(block, (ToolCall, ToolResult)):
+            raise SessionValidationError(
+                event.seq,
+                f"{event.type}: content block {index} is a {type(block).__name__}; user and "
+                "context content may hold only Text and Reasoning blocks",
+                ErrorCode.TOOL_BLOCK_IN_USER_CONTENT,
+            )
 
 
 @define
@@ -58,6 +105,7 @@ class TurnStructure:
         data = event.data
         if isinstance(data, IgnorableData):
             return
+        check_content(event)
         if isinstance(data, TurnStart):
             if self.open_turn is not None:
                 raise self._fail(event, f"turn {self.open_turn} is still open (no nesting)")

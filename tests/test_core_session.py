@@ -38,7 +38,7 @@ from actorloop.runtime.events import (
     UserMessage,
 )
 from actorloop.runtime.header import LlmCallConfig, ToolsDelta
-from actorloop.runtime.messages import USER, Message, Text, ToolCall
+from actorloop.runtime.messages import USER, Message, Reasoning, Text
 from actorloop.runtime.session import Session
 
 T0 = 1_700_000_000_000
@@ -645,12 +645,12 @@ def test_mapping_data_is_structured() -> None:
     event = session.append(
         "user/message",
         {
-            "content": [{"type": "tool_call", "id": "c", "name": "n", "arguments": "{}"}],
+            "content": [{"type": "reasoning", "text": "r", "signature": "sig"}],
             "source": {"kind": "plugin", "plugin": "p"},
         },
         surface_op=APPEND,
     )
-    assert event.data.content == (ToolCall("c", "n", "{}"),)  # type: ignore[union-attr]
+    assert event.data.content == (Reasoning("r", "sig"),)  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------------- D1, D2

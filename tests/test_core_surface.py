@@ -118,7 +118,7 @@ def test_nodes_are_projected_independently_without_merging() -> None:
 
 def test_context_and_steering_keep_their_blocks_verbatim() -> None:
     session, _ = three_users()
-    blocks = (Text("x"), Reasoning("r", "sig"), ToolCall("i", "n", "{}"))
+    blocks = (Text("x"), Reasoning("r", "sig"), Text("y"))
     session.append(
         "context/message", ContextMessage(blocks, Source.of_plugin("p")), surface_op=APPEND
     )

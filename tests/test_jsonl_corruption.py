@@ -1,5 +1,7 @@
-"""JSONL damage: after the last intact turn/end it is a torn tail (cut and repaired); at or
-before it, it is corruption (a typed error naming file and line)."""
+"""JSONL damage: only an incomplete final write past the acknowledged head is a torn tail
+(cut and repaired); a damaged complete line anywhere, a final fragment no write could have
+left, or a log shorter than its acknowledged head is corruption (a typed error naming file
+and line), and a refused load changes nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from session_logs import begin_turn, closed_log, model_step
 
-from actorloop.codecs.jsonl import event_line, frame, meta_line, scan_log, unframe
+from actorloop.codecs.jsonl import (
+    HEAD_RECORD_SIZE,
+    AckHead,
+    event_line,
+    frame,
+    head_record,
+    is_torn_write,
+    meta_line,
+    read_head,
+    scan_log,
+    unframe,
+)
 from actorloop.runtime.errors import SessionBusy, SessionCorruptError
 from actorloop.runtime.messages import ToolCall
 from actorloop.runtime.session import Session
@@ -29,15 +42,25 @@ def open_log() -> Session:
     return session
 
 
+SESSION = open_log()
+LAST_LINE = len(SESSION) + 1
+
+
 def log_bytes(session: Session) -> bytes:
     return meta_line(session.meta) + b"".join(event_line(e) for e in session.events)
 
 
-def write_log(root: Path, data: bytes) -> Path:
+def write_log(root: Path, data: bytes, head: AckHead | None = None) -> Path:
     path = root / "j" / "log.jsonl"
     path.parent.mkdir(parents=True)
     path.write_bytes(data)
+    if head is not None:
+        (root / "j" / "head").write_bytes(head_record(head))
     return path
+
+
+def full_head(data: bytes, session: Session = SESSION) -> AckHead:
+    return AckHead(len(data), len(session))
 
 
 def line_span(data: bytes, line: int) -> tuple[int, int]:
@@ -56,7 +79,7 @@ def flip(data: bytes, line: int, offset: int = 20) -> bytes:
 
 
 def cut_inside(data: bytes, line: int) -> bytes:
-    """Drop the second half of a line but keep its newline (a torn write in the middle)."""
+    """Drop the second half of a line but keep its newline."""
     start, end = line_span(data, line)
     return data[: (start + end) // 2] + data[end:]
 
@@ -70,71 +93,158 @@ DAMAGE = {"flipped byte": flip, "truncated line": cut_inside, "duplicated line":
 
 
 @pytest.mark.parametrize("kind", DAMAGE)
-@pytest.mark.parametrize("line", [2, 10, LAST_TURN_END_LINE - 1])
-async def test_damage_at_or_before_the_last_turn_end_is_corruption(
+@pytest.mark.parametrize("line", [2, 10, LAST_TURN_END_LINE, LAST_TURN_END_LINE + 3, LAST_LINE])
+async def test_a_damaged_complete_line_is_corruption_wherever_it_is(
     tmp_path: Path, kind: str, line: int
 ) -> None:
-    data = DAMAGE[kind](log_bytes(open_log()), line)
+    """Before or after the last turn/end, acknowledged or not: a line that kept its newline
+    was written whole, so damage to it is never a torn tail."""
+    data = DAMAGE[kind](log_bytes(SESSION), line)
     if kind == "duplicated line":
         line += 1  # the copy is the line out of place
     path = write_log(tmp_path, data)
-    with pytest.raises(SessionCorruptError) as info:
-        await JsonlStore(tmp_path).load("j")
-    assert info.value.location == f"{path}:{line}"
+    store = JsonlStore(tmp_path)
+    for repair in (True, False):
+        with pytest.raises(SessionCorruptError) as info:
+            await store.load("j", repair=repair)
+        assert info.value.location == f"{path}:{line}"
     assert path.read_bytes() == data  # a refused load changes nothing
 
 
 async def test_a_damaged_meta_line_is_corruption(tmp_path: Path) -> None:
-    path = write_log(tmp_path, flip(log_bytes(open_log()), 1, offset=12))
+    path = write_log(tmp_path, flip(log_bytes(SESSION), 1, offset=12))
     with pytest.raises(SessionCorruptError) as info:
         await JsonlStore(tmp_path).load("j")
     assert info.value.location == f"{path}:1"
 
 
-@pytest.mark.parametrize("kind", DAMAGE)
-async def test_damage_after_the_last_turn_end_is_a_torn_tail(tmp_path: Path, kind: str) -> None:
-    session = open_log()
-    line = LAST_TURN_END_LINE + 3  # seq 28, the open turn's step/start
-    data = DAMAGE[kind](log_bytes(session), line)
-    path = write_log(tmp_path, data)
+async def test_an_unacknowledged_final_line_missing_its_newline_is_cut(tmp_path: Path) -> None:
+    data = log_bytes(SESSION)
+    path = write_log(tmp_path, data[:-1], AckHead(line_span(data, LAST_LINE)[0], len(SESSION) - 1))
     store = JsonlStore(tmp_path)
+    # A read-only load leaves the torn line out without cutting it.
+    _, durable = await store.load("j", repair=False)
+    assert durable == SESSION.events[:-1]
+    assert path.read_bytes() == data[:-1]
     meta, events = await store.load("j")
-    kept = line - 2 if kind != "duplicated line" else line - 1
-    assert events[:kept] == session.events[:kept]
-    closers = [e.type for e in events[kept:]]
-    # Without its step/start the open turn only needs its turn/end; with it (a duplicate
-    # after it was cut) the step is closed too.
-    expected = ["turn/end"] if kind != "duplicated line" else ["step/end", "turn/end"]
-    assert closers == expected
+    assert events[: len(SESSION) - 1] == SESSION.events[:-1]
+    assert [e.type for e in events[len(SESSION) - 1 :]] == ["step/end", "turn/end"]
     Session.from_events("j", events, meta)
-    # The cut and the closers are on disk: a fresh store reads exactly this log back.
-    assert (await JsonlStore(tmp_path).load("j"))[1] == events
+    # The cut and the closers are on disk, and the head now records them.
     assert path.read_bytes() == meta_line(meta) + b"".join(event_line(e) for e in events)
+    head = read_head((tmp_path / "j" / "head").read_bytes(), "head")
+    assert head == AckHead(path.stat().st_size, len(events))
+    assert (await JsonlStore(tmp_path).load("j"))[1] == events
 
 
-async def test_a_damaged_last_turn_end_belongs_to_the_tail(tmp_path: Path) -> None:
-    """The last *intact* turn/end decides: when the final turn/end itself is damaged and no
-    other follows, the turn it closed is reopened by the cut and closed as interrupted."""
-    session = closed_log("j", CLOSED_TURNS)
-    write_log(tmp_path, flip(log_bytes(session), LAST_TURN_END_LINE))
+@pytest.mark.parametrize(
+    "fragment",
+    [b"0", b"0000abcd", b"0000abcd ", b'0000abcd {"data":{"tur', b'0000abcd {"a":"\xc3'],
+)
+async def test_a_strict_prefix_of_a_line_past_the_head_is_a_torn_tail(
+    tmp_path: Path, fragment: bytes
+) -> None:
+    data = log_bytes(SESSION)
+    write_log(tmp_path, data + fragment, full_head(data))
     _, events = await JsonlStore(tmp_path).load("j")
-    assert events[:-1] == session.events[:-1]
-    assert events[-1].type == "turn/end"
-    assert events[-1].data.reason.kind == "interrupted"  # type: ignore[union-attr]
+    assert events[: len(SESSION)] == SESSION.events
+    assert [e.type for e in events[len(SESSION) :]] == ["tool/result", "step/end", "turn/end"]
 
 
-async def test_a_final_line_without_newline_is_cut(tmp_path: Path) -> None:
-    session = open_log()
-    data = log_bytes(session)
-    write_log(tmp_path, data[:-1])  # the last event lost only its newline
-    _, events = await JsonlStore(tmp_path).load("j")
-    assert events[: len(session) - 1] == session.events[:-1]
-    assert [e.type for e in events[len(session) - 1 :]] == ["step/end", "turn/end"]
+@pytest.mark.parametrize(
+    "fragment",
+    [
+        b"garbage without newline",
+        b"\x00" * 40,
+        b"0000ABCD {",
+        b'0000abcd {"a":1}',  # complete JSON whose checksum does not match
+        b'0000abcd {"a":\x01',
+        b"0000abcd\t{",
+    ],
+)
+async def test_a_final_fragment_no_write_could_leave_is_corruption(
+    tmp_path: Path, fragment: bytes
+) -> None:
+    data = log_bytes(SESSION) + fragment
+    path = write_log(tmp_path, data)
+    with pytest.raises(SessionCorruptError) as info:
+        await JsonlStore(tmp_path).load("j")
+    assert info.value.location == f"{path}:{LAST_LINE + 1}"
+    assert path.read_bytes() == data
+
+
+@pytest.mark.parametrize("cut", [1, 40, "line", "lines"])
+async def test_a_log_shorter_than_its_acknowledged_head_is_corruption(
+    tmp_path: Path, cut: int | str
+) -> None:
+    """Losing acknowledged bytes is never a torn tail: not the final newline, not a cut
+    inside the last line, not whole lines."""
+    data = log_bytes(SESSION)
+    if cut == "line":
+        kept = data[: line_span(data, LAST_LINE)[0]]
+    elif cut == "lines":
+        kept = data[: line_span(data, LAST_TURN_END_LINE)[0]]
+    else:
+        assert isinstance(cut, int)
+        kept = data[:-cut]
+    path = write_log(tmp_path, kept, full_head(data))
+    with pytest.raises(SessionCorruptError, match="acknowledged head"):
+        await JsonlStore(tmp_path).load("j")
+    assert path.read_bytes() == kept
+
+
+async def test_a_head_disagreeing_with_the_log_is_corruption(tmp_path: Path) -> None:
+    data = log_bytes(SESSION)
+    write_log(tmp_path, data, AckHead(len(data), len(SESSION) + 1))
+    with pytest.raises(SessionCorruptError, match="records 32 events"):
+        await JsonlStore(tmp_path).load("j")
+
+
+async def test_a_head_inside_a_line_is_corruption(tmp_path: Path) -> None:
+    data = log_bytes(SESSION)
+    write_log(tmp_path, data, AckHead(len(data) - 10, len(SESSION)))
+    with pytest.raises(SessionCorruptError, match="ends inside this line"):
+        await JsonlStore(tmp_path).load("j")
+
+
+async def test_a_damaged_head_record_is_corruption_and_an_empty_one_is_none(
+    tmp_path: Path,
+) -> None:
+    data = log_bytes(SESSION)
+    write_log(tmp_path, data)
+    head_file = tmp_path / "j" / "head"
+    record = head_record(full_head(data))
+    for damaged in (record[:-1], record[:20], flip(record, 1, offset=12), record + record):
+        head_file.write_bytes(damaged)
+        with pytest.raises(SessionCorruptError, match="acknowledged-head record is damaged"):
+            await JsonlStore(tmp_path).load("j", repair=False)
+    head_file.write_bytes(b"")  # created, never written (a crash between the two)
+    assert (await JsonlStore(tmp_path).load("j", repair=False))[1] == SESSION.events
+
+
+async def test_the_store_records_the_head_only_once_fsynced(tmp_path: Path) -> None:
+    session = closed_log("h", 2)
+    store = JsonlStore(tmp_path)
+    await store.create(session.meta)
+    head_file = tmp_path / "h" / "head"
+    log = tmp_path / "h" / "log.jsonl"
+    assert not head_file.exists()
+    await store.append("h", session.events[:13])
+    assert not head_file.exists()  # written, not yet durable: not acknowledged
+    await store.flush("h")
+    assert read_head(head_file.read_bytes(), "h") == AckHead(log.stat().st_size, 13)
+    await store.append_batch([("h", session.events[13:])])  # a group commit is durable
+    assert read_head(head_file.read_bytes(), "h") == AckHead(log.stat().st_size, 26)
+    assert len(head_file.read_bytes()) == HEAD_RECORD_SIZE
+    await store.close()
+    # Cutting acknowledged bytes now fails the load instead of passing for a torn tail.
+    log.write_bytes(log.read_bytes()[:-1])
+    with pytest.raises(SessionCorruptError, match="acknowledged head"):
+        await JsonlStore(tmp_path).load("h")
 
 
 async def test_a_torn_tail_is_not_cut_while_a_writer_holds_the_lease(tmp_path: Path) -> None:
-    session = open_log()
-    data = log_bytes(session) + b"0000abcd {partial"
+    data = log_bytes(SESSION) + b'0000abcd {"partial'
     path = write_log(tmp_path, data)
     writer = JsonlStore(tmp_path)
     with writer.claim("j"):
@@ -145,9 +255,10 @@ async def test_a_torn_tail_is_not_cut_while_a_writer_holds_the_lease(tmp_path: P
 
 async def test_appending_to_a_torn_log_requires_a_repairing_load(tmp_path: Path) -> None:
     session = closed_log("j", 1)
-    write_log(tmp_path, log_bytes(session) + b"garbage without newline")
-    store = JsonlStore(tmp_path)
     more = closed_log("j", 2)
+    torn = event_line(more.events[len(session)])[:30]
+    write_log(tmp_path, log_bytes(session) + torn)
+    store = JsonlStore(tmp_path)
     with pytest.raises(Exception, match="torn tail"):
         await store.append("j", more.events[len(session) :])
     _, events = await store.load("j")
@@ -158,10 +269,9 @@ async def test_appending_to_a_torn_log_requires_a_repairing_load(tmp_path: Path)
 
 # the pure scan, exhaustively over damage positions ---------------------------------------
 
-DATA = log_bytes(open_log())
+DATA = log_bytes(SESSION)
 NAME = "mem/log.jsonl"
-TAIL_START = line_span(DATA, LAST_TURN_END_LINE)[1] + 1  # first byte after that turn/end
-LAST_TURN_END_START = line_span(DATA, LAST_TURN_END_LINE)[0]
+META_END = DATA.index(b"\n") + 1
 
 
 def test_frames_round_trip_and_reject_damage() -> None:
@@ -177,10 +287,18 @@ def test_frames_round_trip_and_reject_damage() -> None:
         frame(b"two\nlines")
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(min_value=TAIL_START, max_value=len(DATA) - 1))
-def test_any_cut_in_the_tail_keeps_the_complete_lines(cut: int) -> None:
-    scan = scan_log(DATA[:cut], NAME)
+def test_every_prefix_of_a_line_is_a_torn_write_and_the_line_with_more_is_not() -> None:
+    line = event_line(SESSION.events[-1])
+    for cut in range(len(line)):  # up to the line without its newline
+        assert is_torn_write(line[:cut]), cut
+    assert not is_torn_write(line[:-1] + b"x")
+    assert not is_torn_write(line)  # a whole line is not a fragment
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=META_END, max_value=len(DATA)))
+def test_any_cut_past_the_head_keeps_the_complete_lines(cut: int) -> None:
+    scan = scan_log(DATA[:cut], NAME, acked=AckHead(META_END, 0))
     complete = DATA[:cut].count(b"\n") - 1  # event lines that kept their newline
     assert len(scan.events) == complete
     assert scan.intact_bytes == DATA[:cut].rindex(b"\n") + 1
@@ -188,13 +306,19 @@ def test_any_cut_in_the_tail_keeps_the_complete_lines(cut: int) -> None:
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(min_value=0, max_value=LAST_TURN_END_START - 1), st.integers(1, 255))
-def test_any_flipped_byte_before_the_last_turn_end_is_corruption(index: int, mask: int) -> None:
-    if DATA[index : index + 1] == b"\n" or DATA[index] ^ mask == ord("\n"):
-        return  # changes the line structure itself; covered by the cut/duplicate cases
+@given(st.integers(min_value=0, max_value=len(DATA) - 1))
+def test_any_cut_of_an_acknowledged_log_is_corruption(cut: int) -> None:
+    with pytest.raises(SessionCorruptError):
+        scan_log(DATA[:cut], NAME, acked=AckHead(len(DATA), len(SESSION)))
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=len(DATA) - 1), st.integers(1, 255))
+def test_any_flipped_byte_is_corruption(index: int, mask: int) -> None:
+    """Anywhere in the file, the last line and its newline included, with or without a
+    head record: never a torn tail, never fewer events."""
     damaged = bytearray(DATA)
     damaged[index] ^= mask
-    line = DATA[:index].count(b"\n") + 1
-    with pytest.raises(SessionCorruptError) as info:
-        scan_log(bytes(damaged), NAME)
-    assert info.value.location == f"{NAME}:{line}"
+    for acked in (None, AckHead(len(DATA), len(SESSION))):
+        with pytest.raises(SessionCorruptError):
+            scan_log(bytes(damaged), NAME, acked=acked)

@@ -54,7 +54,7 @@ async def test_a_looping_fork_lineage_is_corruption(tmp_path: Path, kind: str) -
         store = SqliteStore(tmp_path / "loop.db")
         await store.create(SessionMeta("schema"))
         with sqlite3.connect(tmp_path / "loop.db") as db:
-            db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?)", session_row(looping))
+            db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)", session_row(looping))
     else:
         store = JsonlStore(tmp_path / "logs")
         (tmp_path / "logs" / "a").mkdir(parents=True)

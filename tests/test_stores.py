@@ -26,6 +26,7 @@ from session_logs import (
 from actorloop.codecs.converter import encode_event
 from actorloop.codecs.jsonl import frame
 from actorloop.runtime.errors import (
+    GroupCommitError,
     InvalidSessionId,
     SessionBusy,
     SessionExists,
@@ -38,6 +39,7 @@ from actorloop.runtime.errors import (
 )
 from actorloop.runtime.events import ToolResultEvent, TurnEnd
 from actorloop.runtime.messages import ToolCall
+from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.session import Session, SessionMeta
 from actorloop.runtime.stores import JsonlStore, MemoryStore, SqliteStore, Store, open_store
 from actorloop.runtime.stores import jsonl as jsonl_store
@@ -165,12 +167,15 @@ async def test_seq_gaps_and_overlaps_are_refused_and_change_nothing(store: Store
         await store.append("gaps", session.events[6:])  # skips seq 5
     with pytest.raises(SessionValidationError, match="expected seq 5"):
         await store.append("gaps", session.events[3:])  # overlaps 3..4
-    with pytest.raises(SessionValidationError):
-        # A batch is checked as a whole: the good session is not written either.
-        other = closed_log("other", 1)
-        await store.create(other.meta)
+    # A group commit isolates sessions: the refused one writes nothing, the good one is
+    # committed, and the error names the refused session with its own error.
+    other = closed_log("other", 1)
+    await store.create(other.meta)
+    with pytest.raises(GroupCommitError) as info:
         await store.append_batch([("other", other.events), ("gaps", session.events[7:])])
-    assert (await store.load("other"))[1] == ()
+    assert [session_id for session_id, _ in info.value.failures] == ["gaps"]
+    assert isinstance(info.value.failures[0][1], SessionValidationError)
+    assert (await store.load("other"))[1] == other.events
     await store.append("gaps", session.events[5:])
     assert (await store.load("gaps"))[1] == session.events
 
@@ -298,6 +303,7 @@ async def test_hostile_ids_are_refused_everywhere(store: Store, bad: str, tmp_pa
         "sessions",
         "parent",
         "log.jsonl",
+        "head",
         "lock",
         "store.db.locks",
         "parent.lock",
@@ -354,8 +360,10 @@ async def test_jsonl_refuses_a_newer_meta_version(tmp_path: Path) -> None:
     fresh = JsonlStore(tmp_path)
     with pytest.raises(SessionFormatUnsupported, match="version 7"):
         await fresh.load("old")
-    with pytest.raises(SessionFormatUnsupported):
-        await fresh.list()
+    # The listing reports it in place of its meta rather than failing for every session.
+    [listed] = await fresh.list()
+    assert isinstance(listed, DamagedSession) and listed.id == "old"
+    assert "version 7" in listed.problem
 
 
 # fork -------------------------------------------------------------------------------------

@@ -1,18 +1,15 @@
-"""The `Store` seam every durable session store implements, writer leases, the load-time
-repair plan shared by all stores, and `open_store(url)`."""
+"""The `Store` seam every durable session store implements, the write rights and
+per-session isolation of a group commit, the load-time repair plan shared by all stores,
+and `open_store(url)`."""
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 from typing import Literal, Protocol, TypeAlias
 
 from actorloop.runtime.errors import (
+    GroupCommitError,
     InvalidSessionId,
     SessionBusy,
     SessionCorruptError,
@@ -21,58 +18,47 @@ from actorloop.runtime.errors import (
     StoreUrlError,
 )
 from actorloop.runtime.events import SessionEvent
+from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.repair import closers
 from actorloop.runtime.session import Session, SessionMeta
 from actorloop.runtime.stores.ids import check_session_id
+from actorloop.runtime.stores.leases import Lease, LeaseTable, busy_error
 
 Synchronous: TypeAlias = Literal["NORMAL", "FULL"]
 Batch: TypeAlias = Sequence[tuple[str, Sequence[SessionEvent]]]
 Loaded: TypeAlias = tuple[SessionMeta, tuple[SessionEvent, ...]]
+Listing: TypeAlias = tuple[SessionMeta | DamagedSession, ...]
+Failures: TypeAlias = dict[str, Exception]
+"""Sessions of one group commit that were not written, with the error each one met."""
 
 ACCEPTED_URLS = "memory:, sqlite:PATH[?synchronous=NORMAL|FULL] or jsonl:DIR"
-
-
-class Lease:
-    """Proof that its holder is the single writer of one session until `release()`."""
-
-    __slots__ = ("_release", "session_id")
-
-    def __init__(self, session_id: str, release: Callable[[Lease], None]) -> None:
-        self.session_id = session_id
-        self._release: Callable[[Lease], None] | None = release
-
-    @property
-    def held(self) -> bool:
-        return self._release is not None
-
-    def release(self) -> None:
-        """Give the session up (idempotent)."""
-        release, self._release = self._release, None
-        if release is not None:
-            release(self)
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.release()
-
-    def __repr__(self) -> str:
-        return f"Lease({self.session_id!r}, held={self.held})"
 
 
 class Store(Protocol):
     """Durable append-only session logs. Every method is async except `claim`.
 
-    * `append`/`append_batch`: seqs must continue the stored tail exactly (checked in the
-      same transaction as the write); durable once `flush` (or `append_batch`) returns.
-    * `append_batch` is a group commit: one transaction / one fsync round for all sessions.
+    * `append_batch` is a group commit: one transaction / one fsync round for all sessions,
+      durable when it returns. Seqs must continue each stored tail exactly (checked in the
+      same transaction as the write). Sessions are isolated: one whose events cannot be
+      written (tail check, lease, unknown session, damaged tail, I/O on its own file) writes
+      nothing, every other session is committed, and the call then raises GroupCommitError
+      naming the failed sessions. A failure of the store as a whole (closed, the commit
+      itself failing) raises plain StoreError.
+    * `append` writes one session (durable once `flush` returns) and raises that
+      session's own error (SessionValidationError, SessionBusy, SessionNotFound, ...).
     * `load` truncates a torn tail, validates, and appends and persists repair closers for
       an open last turn. Repair needs the writer's right: pass the caller's `lease`, or
       the store takes a temporary one; if someone else holds it, repair is refused with
       SessionBusy ("live turn is open"). With `repair=False` it is a read-only look at
       the durable part of the log: validated, nothing cut or appended, no lease needed
-      (a live session's open turn stays open; a torn tail is left out, not cut).
+      (a live session's open turn stays open; a torn tail is left out, not cut). Damage
+      (a missing, reordered or altered event, a log shorter than its acknowledged head)
+      raises SessionCorruptError naming where; a load never returns fewer events silently.
+    * `list` reports every stored session: its `SessionMeta`, or a `DamagedSession` in its
+      place when its record cannot be read, so one damaged session hides no other.
+    * `check_integrity` is the offline check behind `sessions verify`: the engine's own
+      check (SQLite `PRAGMA integrity_check`) and a scan of every session's stored bytes;
+      it returns the problems found (empty: none) and changes nothing.
     * `fork` is O(1): the child stores a parent pointer and seed length, nothing is copied.
     * `claim` grants the single-writer lease (across processes too); SessionBusy if held.
     """
@@ -93,7 +79,9 @@ class Store(Protocol):
 
     async def exists(self, session_id: str) -> bool: ...
 
-    async def list(self) -> tuple[SessionMeta, ...]: ...
+    async def list(self) -> Listing: ...
+
+    async def check_integrity(self) -> tuple[str, ...]: ...
 
     async def fork(self, parent_id: str, boundary: int, child_id: str) -> SessionMeta: ...
 
@@ -102,114 +90,51 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
-def busy_error(session_id: str, detail: str = "") -> SessionBusy:
-    return SessionBusy(f"session {session_id!r} is owned by a live writer{detail}")
+def raise_failures(failures: Failures) -> None:
+    """End a group commit that committed everything else: GroupCommitError if any failed."""
+    if failures:
+        raise GroupCommitError(tuple(failures.items()))
 
 
-class LeaseTable:
-    """The writer leases one store instance holds.
-
-    With `lock_path`, each lease is also an exclusive `flock` on a lock file, so it excludes
-    other processes and other store instances, and the kernel frees it if the holder dies
-    (even by kill -9). Without it (memory store) leases are in-process only.
-    """
-
-    def __init__(self, lock_path: Callable[[str], Path] | None = None) -> None:
-        self._lock_path = lock_path
-        self._held: dict[str, tuple[Lease, int | None]] = {}
-        # Stores check leases from worker threads while `claim` runs on the trio thread.
-        self._mutex = threading.Lock()
-
-    def claim(self, session_id: str) -> Lease:
-        lease = self.try_claim(session_id)
-        if lease is None:
-            raise busy_error(session_id, " (its writer lease is held); refusing a second writer")
-        return lease
-
-    def try_claim(self, session_id: str) -> Lease | None:
-        with self._mutex:
-            return self._try_claim(session_id)
-
-    def _try_claim(self, session_id: str) -> Lease | None:
-        if session_id in self._held:
-            return None
-        fd: int | None = None
-        if self._lock_path is not None:
-            path = self._lock_path(session_id)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as exc:
-                raise StoreError(f"cannot open lock file {path}: {exc}") from exc
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    return None
-                raise StoreError(f"cannot lock {path}: {exc}") from exc
-        lease = Lease(session_id, self._release)
-        self._held[session_id] = (lease, fd)
-        return lease
-
-    def holds(self, lease: Lease | None, session_id: str) -> bool:
-        entry = self._held.get(session_id)
-        return lease is not None and entry is not None and entry[0] is lease
-
-    def held_here(self, session_id: str) -> bool:
-        """Whether this store instance holds a lease on `session_id`."""
-        return session_id in self._held
-
-    def _release(self, lease: Lease) -> None:
-        with self._mutex:
-            entry = self._held.get(lease.session_id)
-            if entry is None or entry[0] is not lease:
-                return
-            del self._held[lease.session_id]
-            if entry[1] is not None:
-                os.close(entry[1])  # closing the descriptor drops the flock
-
-    def release_all(self) -> None:
-        for lease, _fd in tuple(self._held.values()):
-            lease.release()
-
-    @contextmanager
-    def writer_right(self, session_id: str, lease: Lease | None) -> Iterator[bool]:
-        """Whether the caller may write `session_id` now: its own live `lease`, or a
-        temporary one taken for the duration of the block (False if someone holds it)."""
-        if lease is not None:
-            if not self.holds(lease, session_id):
-                raise ValueError(f"{lease!r} is not a live lease of this store for {session_id!r}")
-            yield True
-            return
-        temporary = self.try_claim(session_id)
-        try:
-            yield temporary is not None
-        finally:
-            if temporary is not None:
-                temporary.release()
+def sole_failure(error: GroupCommitError) -> Exception:
+    """The one session's own error of a group commit of one session (what `append` raises)."""
+    assert len(error.failures) == 1
+    return error.failures[0][1]
 
 
 @contextmanager
-def write_guard(leases: LeaseTable, session_ids: Iterable[str]) -> Iterator[None]:
-    """Hold every session's writer right for a write: this store's own lease, or a
-    temporary one; SessionBusy if another writer (process or store instance) holds it."""
+def write_rights(leases: LeaseTable, session_ids: Iterable[str]) -> Iterator[Failures]:
+    """Hold every session's writer right for a group commit: this store's own lease, or a
+    temporary one. Yields the sessions another writer (process or store instance) holds,
+    each with its SessionBusy: those must not be written."""
+    refused: Failures = {}
     with ExitStack() as stack:
         for session_id in session_ids:
             if leases.held_here(session_id):
                 continue
-            if not stack.enter_context(leases.writer_right(session_id, None)):
-                raise busy_error(session_id, "; refusing to append without its lease")
-        yield
+            try:
+                may_write = stack.enter_context(leases.writer_right(session_id, None))
+            except StoreError as exc:  # its lock file could not even be opened
+                refused[session_id] = exc
+                continue
+            if not may_write:
+                refused[session_id] = busy_error(
+                    session_id, "; refusing to append without its lease"
+                )
+        yield refused
 
 
 def check_continues(session_id: str, events: Sequence[SessionEvent], next_seq: int) -> None:
     """Appended seqs must continue the stored tail exactly (no gap, no overlap)."""
-    for offset, event in enumerate(events):
-        if event.seq != next_seq + offset:
+    check_seqs(session_id, [event.seq for event in events], next_seq)
+
+
+def check_seqs(session_id: str, seqs: Sequence[int], next_seq: int) -> None:
+    for offset, seq in enumerate(seqs):
+        if seq != next_seq + offset:
             raise SessionValidationError(
-                event.seq,
-                f"session {session_id!r}: seq {event.seq} does not continue the stored tail "
+                seq,
+                f"session {session_id!r}: seq {seq} does not continue the stored tail "
                 f"(expected seq {next_seq + offset}); another writer may own this session",
             )
 

@@ -1,9 +1,13 @@
 """`JsonlStore` (`jsonl:DIR`): one directory per session holding a checksummed JSONL log.
 
 Layout: `DIR/<id>/log.jsonl` (line 1 the meta record, then one event per line, framing in
-`actorloop.codecs.jsonl`) and `DIR/<id>/lock` (the writer lease's flock). The log is born
-complete (temp file + fsync + link, never overwriting); appends are written with O_APPEND,
-cut back on a failed write, and fsynced on flush / group commit.
+`actorloop.codecs.jsonl`), `DIR/<id>/head` (the acknowledged head: bytes and events of the
+log fsynced before a barrier returned, rewritten in place after each fsync) and
+`DIR/<id>/lock` (the writer lease's flock). The log is born complete (temp file + fsync +
+link, never overwriting); appends are written with O_APPEND, cut back on a failed write,
+and fsynced on flush / group commit. The head is written only after the fsync it records,
+so it never claims more than the disk holds: a log shorter than its head has lost
+acknowledged events, which a load reports as corruption instead of cutting a "torn tail".
 """
 
 from __future__ import annotations
@@ -22,46 +26,56 @@ import trio
 
 from actorloop.codecs.jsonl import (
     FIRST_EVENT_LINE,
+    AckHead,
     LogBuffer,
     LogScan,
     event_line,
     find_event_line,
+    head_record,
     meta_line,
+    read_head,
     read_meta,
     scan_log,
 )
 from actorloop.codecs.rows import check_version
 from actorloop.runtime.errors import (
     ErrorCode,
+    GroupCommitError,
     InvalidSessionId,
     SessionCorruptError,
+    SessionError,
     SessionExists,
     SessionForkError,
+    SessionFormatUnsupported,
     SessionNotFound,
     StoreError,
 )
 from actorloop.runtime.events import SessionEvent, TurnEnd
+from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.session import SessionMeta
 from actorloop.runtime.stores.base import (
     Batch,
-    Lease,
-    LeaseTable,
+    Failures,
+    Listing,
     Loaded,
-    busy_error,
     check_continues,
     parent_of,
     plan_repair,
+    raise_failures,
     refuse_live_repair,
+    sole_failure,
     validate_stored,
-    write_guard,
+    write_rights,
 )
 from actorloop.runtime.stores.ids import check_session_id
+from actorloop.runtime.stores.leases import FlockFiles, Lease, LeaseTable, busy_error
 
 log = logging.getLogger("actorloop.stores.jsonl")
 
 T = TypeVar("T")
 
 LOG_NAME = "log.jsonl"
+HEAD_NAME = "head"
 LOCK_NAME = "lock"
 
 
@@ -95,7 +109,7 @@ class JsonlStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.url = f"jsonl:{self.root}"
-        self._leases = LeaseTable(lambda session_id: self.root / session_id / LOCK_NAME)
+        self._leases = LeaseTable(FlockFiles(lambda session_id: self.root / session_id / LOCK_NAME))
         self._lock = threading.Lock()
         self._tails: dict[str, _Tail] = {}
         self._broken: dict[str, str] = {}
@@ -105,6 +119,27 @@ class JsonlStore:
 
     def _log_path(self, session_id: str) -> Path:
         return self.root / session_id / LOG_NAME
+
+    def _head_path(self, session_id: str) -> Path:
+        return self.root / session_id / HEAD_NAME
+
+    def _read_head(self, session_id: str) -> AckHead | None:
+        path = self._head_path(session_id)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None  # a log no barrier was acknowledged on yet (or written before heads)
+        return read_head(raw, str(path))
+
+    def _write_head(self, session_id: str, tail: _Tail) -> None:
+        """Record the fsynced size as the acknowledged head (after the fsync, never before:
+        the head must not claim what the disk may not hold)."""
+        record = head_record(AckHead(tail.size, tail.next_seq))
+        fd = os.open(self._head_path(session_id), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.pwrite(fd, record, 0)
+        finally:
+            os.close(fd)
 
     def _locked(self, work: Callable[[], T]) -> T:
         with self._lock:
@@ -143,7 +178,8 @@ class JsonlStore:
         meta = read_meta(data, name)
         if meta.id != session_id:
             raise SessionCorruptError(f"{name}:1", f"meta names session {meta.id!r}")
-        return scan_log(data, name, first_seq=meta.seed_length or 0)
+        acked = self._read_head(session_id)
+        return scan_log(data, name, first_seq=meta.seed_length or 0, acked=acked)
 
     def _seed(
         self, parent_id: str, length: int, child_log: str, seen: frozenset[str] = frozenset()
@@ -243,25 +279,36 @@ class JsonlStore:
         tail.dirty = True
 
     def _sync(self, session_ids: Sequence[str]) -> None:
+        """Make the sessions' appends durable; raises the first failure."""
         for session_id in session_ids:
-            broken = self._broken.get(session_id)
-            if broken is not None:
-                # A second fsync after a failed one can succeed although the data is gone:
-                # the session stays failed until a load repairs it.
-                raise StoreError(
-                    f"session {session_id!r} cannot be made durable: {broken}; load it to repair it"
-                )
-            tail = self._tails.get(session_id)
-            if tail is None or not tail.dirty:
-                continue
-            try:
-                _fsync_path(self._log_path(session_id))
-            except OSError as exc:
-                # After a failed fsync the kernel may have dropped the dirty pages: what was
-                # written can no longer be trusted to be on disk.
-                self._broken[session_id] = f"fsync failed ({exc})"
-                raise StoreError(f"fsync of {self._log_path(session_id)} failed: {exc}") from exc
-            tail.dirty = False
+            self._sync_one(session_id)
+
+    def _sync_one(self, session_id: str) -> None:
+        broken = self._broken.get(session_id)
+        if broken is not None:
+            # A second fsync after a failed one can succeed although the data is gone:
+            # the session stays failed until a load repairs it.
+            raise StoreError(
+                f"session {session_id!r} cannot be made durable: {broken}; load it to repair it"
+            )
+        tail = self._tails.get(session_id)
+        if tail is None or not tail.dirty:
+            return
+        try:
+            _fsync_path(self._log_path(session_id))
+        except OSError as exc:
+            # After a failed fsync the kernel may have dropped the dirty pages: what was
+            # written can no longer be trusted to be on disk.
+            self._broken[session_id] = f"fsync failed ({exc})"
+            raise StoreError(f"fsync of {self._log_path(session_id)} failed: {exc}") from exc
+        tail.dirty = False
+        try:
+            self._write_head(session_id, tail)
+        except OSError as exc:
+            raise StoreError(
+                f"{self._log_path(session_id)} is fsynced but its acknowledged head could not "
+                f"be recorded: {exc}"
+            ) from exc
 
     # the Store API --------------------------------------------------------------------
 
@@ -271,52 +318,80 @@ class JsonlStore:
         await self._in_thread(lambda: self._create(meta))
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        await self._write(((session_id, events),), sync=False)
+        try:
+            await self._write(((session_id, events),), sync=False)
+        except GroupCommitError as exc:
+            raise sole_failure(exc) from None
 
     async def append_batch(self, batch: Batch) -> None:
         await self._write(batch, sync=True)
 
     async def _write(self, batch: Batch, *, sync: bool) -> None:
-        for session_id, _events in batch:
-            check_session_id(session_id)
+        failures: Failures = {}
+        merged: dict[str, list[SessionEvent]] = {}
+        for session_id, events in batch:
+            try:
+                check_session_id(session_id)
+            except SessionError as exc:
+                failures[session_id] = exc
+                continue
+            if events:
+                merged.setdefault(session_id, []).extend(events)
 
         def run() -> None:
             # Encode outside the store lock; one buffer (one write) per session.
-            lines: dict[str, list[bytes]] = {}
-            counts: dict[str, list[Sequence[SessionEvent]]] = {}
-            for session_id, events in batch:
-                if events:
-                    lines.setdefault(session_id, []).extend(event_line(e) for e in events)
-                    counts.setdefault(session_id, []).append(events)
-            self._locked(lambda: self._write_locked(lines, counts, sync=sync))
+            data: dict[str, tuple[list[SessionEvent], bytes]] = {}
+            for session_id, events in merged.items():
+                try:
+                    data[session_id] = (events, b"".join(event_line(e) for e in events))
+                except Exception as exc:
+                    failures[session_id] = exc
+            self._locked(lambda: self._write_locked(data, failures, sync=sync))
 
-        await trio.to_thread.run_sync(run)
+        if merged:
+            await trio.to_thread.run_sync(run)
+        raise_failures(failures)
 
     def _write_locked(
         self,
-        lines: dict[str, list[bytes]],
-        parts: dict[str, list[Sequence[SessionEvent]]],
+        data: dict[str, tuple[list[SessionEvent], bytes]],
+        failures: Failures,
         *,
         sync: bool,
     ) -> None:
-        # Check every session before writing any, so a refused batch writes nothing.
-        for session_id in parts:
+        """Write each session on its own: a session that cannot be written (broken, damaged
+        tail, held by another writer, tail check, I/O on its file) is recorded in `failures`
+        and leaves its file as it was; the others are written and, with `sync`, fsynced."""
+
+        def isolated(session_id: str, work: Callable[[str], None]) -> bool:
+            try:
+                work(session_id)
+            except OSError as exc:
+                failures[session_id] = StoreError(f"jsonl store {self.root}: {exc}")
+                failures[session_id].__cause__ = exc
+            except Exception as exc:
+                failures[session_id] = exc
+            else:
+                return True
+            return False
+
+        def check(session_id: str) -> None:
             if session_id in self._broken:
                 raise StoreError(f"session {session_id!r} is unusable: {self._broken[session_id]}")
-            self._tail(session_id)
-        with write_guard(self._leases, parts):
-            for session_id, chunks in parts.items():
-                tail = self._tail(session_id)
-                next_seq = tail.next_seq
-                for events in chunks:
-                    check_continues(session_id, events, next_seq)
-                    next_seq += len(events)
-            for session_id, chunks in parts.items():
-                count = sum(len(events) for events in chunks)
-                data = b"".join(lines[session_id])
-                self._append_one(session_id, self._tails[session_id], count, data)
+            check_continues(session_id, data[session_id][0], self._tail(session_id).next_seq)
+
+        def append(session_id: str) -> None:
+            events, lines = data[session_id]
+            self._append_one(session_id, self._tails[session_id], len(events), lines)
+
+        ready = [session_id for session_id in data if isolated(session_id, check)]
+        with write_rights(self._leases, ready) as refused:
+            failures.update(refused)
+            allowed = [session_id for session_id in ready if session_id not in refused]
+            written = [session_id for session_id in allowed if isolated(session_id, append)]
             if sync:
-                self._sync(tuple(parts))
+                for session_id in written:
+                    isolated(session_id, self._sync_one)
 
     async def flush(self, session_id: str | None = None) -> None:
         if session_id is not None:
@@ -371,6 +446,8 @@ class JsonlStore:
             self._broken.pop(session_id, None)
         previous = self._tails.get(session_id)
         tail = self._tails[session_id] = _Tail(size, len(events) + len(fixes))
+        if scan.torn is not None or fixes:
+            self._write_head(session_id, tail)  # the repair was fsynced
         # A load must not forget appends this instance has not fsynced yet: the next flush
         # still owes them an fsync (a repair above fsynced everything it wrote).
         tail.dirty = previous is not None and previous.dirty and not (scan.torn or fixes)
@@ -384,11 +461,10 @@ class JsonlStore:
             if scan.torn is not None:
                 torn = scan.torn
                 log.warning(
-                    "%s: cutting a torn tail at line %d (%s): %d line(s), %d byte(s)",
+                    "%s: cutting a torn tail at line %d (%s): %d byte(s) never acknowledged",
                     path,
                     torn.line,
                     torn.problem,
-                    torn.dropped_lines,
                     torn.dropped_bytes,
                 )
                 os.ftruncate(fd, scan.intact_bytes)
@@ -407,24 +483,63 @@ class JsonlStore:
         check_session_id(session_id)
         return await self._in_thread(self._log_path(session_id).exists)
 
-    async def list(self) -> tuple[SessionMeta, ...]:
-        def run() -> tuple[SessionMeta, ...]:
-            if not self.root.is_dir():
-                return ()
-            metas = []
-            for entry in self.root.iterdir():
-                try:
-                    check_session_id(entry.name)
-                except InvalidSessionId:
-                    continue  # not a session directory (e.g. a temp or foreign file)
-                path = entry / LOG_NAME
+    def _session_dirs(self) -> list[str]:
+        """The ids of the session directories under the root (others are not sessions)."""
+        if not self.root.is_dir():
+            return []
+        ids = []
+        for entry in self.root.iterdir():
+            try:
+                check_session_id(entry.name)
+            except InvalidSessionId:
+                continue  # not a session directory (e.g. a temp or foreign file)
+            if (entry / LOG_NAME).is_file():
+                ids.append(entry.name)  # a directory without a log was claimed, never created
+        return sorted(ids)
+
+    async def list(self) -> Listing:
+        def run() -> Listing:
+            metas: list[SessionMeta] = []
+            damaged: list[DamagedSession] = []
+            for session_id in self._session_dirs():
+                path = self._log_path(session_id)
                 try:
                     with path.open("rb") as file:
                         first_line = file.readline()
-                except (FileNotFoundError, NotADirectoryError):
-                    continue  # claimed but never created
-                metas.append(read_meta(first_line, str(path)))
-            return tuple(sorted(metas, key=lambda meta: (meta.created_at, meta.id)))
+                    meta = read_meta(first_line, str(path))
+                    if meta.id != session_id:
+                        raise SessionCorruptError(f"{path}:1", f"meta names session {meta.id!r}")
+                except (SessionCorruptError, SessionFormatUnsupported) as exc:
+                    damaged.append(DamagedSession(session_id, str(exc)))
+                    continue
+                except FileNotFoundError:
+                    continue  # removed while listing
+                metas.append(meta)
+            ordered = sorted(metas, key=lambda meta: (meta.created_at, meta.id))
+            return (*ordered, *damaged)
+
+        return await self._in_thread(run)
+
+    async def check_integrity(self) -> tuple[str, ...]:
+        """Every session's log and head read in full (and its fork seed): damage, and torn
+        tails a load would cut, are reported; nothing is changed."""
+
+        def run() -> tuple[str, ...]:
+            problems: list[str] = []
+            for session_id in self._session_dirs():
+                try:
+                    scan = self._scan(session_id, self._read(session_id))
+                    self._load(session_id, may_write=False, repair=False)
+                except (SessionError, StoreError) as exc:
+                    problems.append(str(exc))
+                    continue
+                if scan.torn is not None:
+                    problems.append(
+                        f"{self._log_path(session_id)}:{scan.torn.line}: torn tail "
+                        f"({scan.torn.problem}, {scan.torn.dropped_bytes} bytes never "
+                        "acknowledged); the next load cuts it"
+                    )
+            return tuple(problems)
 
         return await self._in_thread(run)
 

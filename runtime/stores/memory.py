@@ -10,6 +10,7 @@ import trio
 from actorloop.codecs.rows import check_version
 from actorloop.runtime.errors import (
     ErrorCode,
+    GroupCommitError,
     SessionExists,
     SessionForkError,
     SessionNotFound,
@@ -19,12 +20,16 @@ from actorloop.runtime.events import SessionEvent, TurnEnd
 from actorloop.runtime.session import SessionMeta
 from actorloop.runtime.stores.base import (
     Batch,
+    Failures,
     Lease,
     LeaseTable,
+    Listing,
     Loaded,
     check_continues,
     plan_repair,
+    raise_failures,
     refuse_live_repair,
+    sole_failure,
     validate_stored,
 )
 from actorloop.runtime.stores.ids import check_session_id
@@ -74,19 +79,30 @@ class MemoryStore:
         self._records[meta.id] = _Record(meta)
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        await self.append_batch(((session_id, events),))
+        try:
+            await self.append_batch(((session_id, events),))
+        except GroupCommitError as exc:
+            raise sole_failure(exc) from None
 
     async def append_batch(self, batch: Batch) -> None:
         await trio.lowlevel.checkpoint()
-        # Check everything before changing anything, so a refused batch leaves no trace.
-        planned: dict[str, int] = {}
+        if self._closed:
+            raise StoreError("memory store is closed")
+        # Check each session before changing it: a refused session leaves no trace, the
+        # others are written.
+        merged: dict[str, list[SessionEvent]] = {}
         for session_id, events in batch:
-            record = self._record(session_id)
-            next_seq = planned.get(session_id, record.next_seq)
-            check_continues(session_id, events, next_seq)
-            planned[session_id] = next_seq + len(events)
-        for session_id, events in batch:
-            self._records[session_id].events.extend(events)
+            merged.setdefault(session_id, []).extend(events)
+        failures: Failures = {}
+        for session_id, events in merged.items():
+            try:
+                record = self._record(session_id)
+                check_continues(session_id, events, record.next_seq)
+            except Exception as exc:
+                failures[session_id] = exc
+                continue
+            record.events.extend(events)
+        raise_failures(failures)
 
     async def flush(self, session_id: str | None = None) -> None:
         await trio.lowlevel.checkpoint()
@@ -130,9 +146,16 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         return check_session_id(session_id) in self._records
 
-    async def list(self) -> tuple[SessionMeta, ...]:
+    async def list(self) -> Listing:
         await trio.lowlevel.checkpoint()
         return tuple(record.meta for record in self._records.values())
+
+    async def check_integrity(self) -> tuple[str, ...]:
+        """Nothing to check: events are kept as the frozen objects they were appended as."""
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise StoreError("memory store is closed")
+        return ()
 
     async def fork(self, parent_id: str, boundary: int, child_id: str) -> SessionMeta:
         await trio.lowlevel.checkpoint()

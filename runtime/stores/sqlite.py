@@ -1,8 +1,17 @@
 """`SqliteStore` (`sqlite:PATH`): the embedded default store. WAL journal, one connection
 driven from worker threads, tail-checked appends and one transaction per group commit.
 
+Every event row carries a CRC-32 of its stored bytes and every session row the acknowledged
+head of its log, updated in the transaction that appends; a load checks both, so a missing,
+reordered or altered row is `SessionCorruptError` naming the seq, never a shorter log.
+Writer leases are byte-range locks on the database file itself (`leases.RangeLocks`), and
+the file may be open through one path only (SQLite keeps a WAL per path).
+
 `synchronous=NORMAL` (default) makes every committed append survive a process crash;
 `FULL` also fsyncs the WAL on each commit, so it survives power loss.
+
+Schema versions (`PRAGMA user_version`): 2 is written by this build; a version-1 database
+(no checksums, no heads) is migrated in place on first open, in one transaction.
 """
 
 from __future__ import annotations
@@ -11,20 +20,25 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 
 from actorloop.codecs.rows import (
     EventRow,
+    event_crc,
     event_from_row,
     event_row,
+    head_of,
+    meta_crc,
     meta_from_row,
     session_row,
 )
 from actorloop.runtime.errors import (
     ErrorCode,
+    GroupCommitError,
     SessionCorruptError,
+    SessionError,
     SessionExists,
     SessionForkError,
     SessionFormatError,
@@ -34,46 +48,88 @@ from actorloop.runtime.errors import (
     StoreUrlError,
 )
 from actorloop.runtime.events import SessionEvent
+from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.session import SessionMeta
 from actorloop.runtime.stores.base import (
     Batch,
-    Lease,
-    LeaseTable,
+    Failures,
+    Listing,
     Loaded,
-    check_continues,
+    check_seqs,
     parent_of,
     plan_repair,
+    raise_failures,
     refuse_live_repair,
+    sole_failure,
     validate_stored,
-    write_guard,
+    write_rights,
 )
 from actorloop.runtime.stores.ids import check_session_id
+from actorloop.runtime.stores.leases import (
+    OFD_LOCKS,
+    FileIdentity,
+    FlockFiles,
+    Lease,
+    LeaseTable,
+    Locker,
+    RangeLocks,
+)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
-"""`PRAGMA user_version` of a database this build created; a newer one is refused."""
+SCHEMA_VERSION = 2
+"""`PRAGMA user_version` of a database this build writes; 1 is migrated, newer refused."""
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
+CREATE TABLE sessions (
     id TEXT PRIMARY KEY,
     meta BLOB NOT NULL,
     parent TEXT,
     seed_length INTEGER,
-    version INTEGER NOT NULL
+    version INTEGER NOT NULL,
+    head INTEGER NOT NULL,
+    crc INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE events (
     session_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
     type TEXT NOT NULL,
     time INTEGER NOT NULL,
     body BLOB NOT NULL,
+    crc INTEGER NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 """
-_SESSION_COLUMNS = "id, meta, parent, seed_length, version"
+_SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
+_EVENT_COLUMNS = "session_id, seq, type, time, body, crc"
+_INSERT_EVENTS = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+_SET_HEAD = "UPDATE sessions SET head = ? WHERE id = ?"
+_INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _IDS_PER_QUERY = 500
-_EVENT_COLUMNS = "session_id, seq, type, time, body"
+
+
+def _migrate_from_1(db: sqlite3.Connection) -> None:
+    """Schema 1 → 2 inside the caller's transaction: add the checksum and head columns and
+    fill them from the stored bytes (a v1 row is trusted as it is: it had no checksum)."""
+    db.execute("ALTER TABLE sessions ADD COLUMN head INTEGER")
+    db.execute("ALTER TABLE sessions ADD COLUMN crc INTEGER")
+    db.execute("ALTER TABLE events ADD COLUMN crc INTEGER")
+    rows = db.execute("SELECT session_id, seq, body FROM events").fetchall()
+    db.executemany(
+        "UPDATE events SET crc = ? WHERE session_id = ? AND seq = ?",
+        [(event_crc(sid, seq, bytes(body)), sid, seq) for sid, seq, body in rows],
+    )
+    sessions = db.execute(
+        "SELECT id, meta, seed_length, (SELECT MAX(seq) FROM events WHERE session_id = id) "
+        "FROM sessions"
+    ).fetchall()
+    db.executemany(
+        "UPDATE sessions SET head = ?, crc = ? WHERE id = ?",
+        [
+            ((seed or 0) if last is None else last + 1, meta_crc(sid, bytes(raw)), sid)
+            for sid, raw, seed, last in sessions
+        ],
+    )
 
 
 class SqliteStore:
@@ -84,42 +140,90 @@ class SqliteStore:
         self.path = Path(path)
         self.synchronous = mode
         self.url = f"sqlite:{self.path}?synchronous={mode}"
-        # Beside the real file: two paths (symlinks) to one database share one lease table.
-        real = self.path.resolve()
-        locks = real.with_name(real.name + ".locks")
-        self._leases = LeaseTable(lambda session_id: locks / f"{session_id}.lock")
+        # The database is opened (and its WAL named) through the resolved path, so symlinks
+        # to one file are one database; a hard link is refused while another path is open.
+        self._real = self.path.resolve()
+        locker: Locker
+        if OFD_LOCKS:
+            locker = RangeLocks(self._identity)
+        else:
+            locks = self._real.with_name(self._real.name + ".locks")
+            locker = FlockFiles(lambda session_id: locks / f"{session_id}.lock")
+        self._leases = LeaseTable(locker)
         self._lock = threading.Lock()
+        self._identity_lock = threading.Lock()
+        self._file: FileIdentity | None = None
         self._db: sqlite3.Connection | None = None
         self._closed = False
 
     # connection and transactions ------------------------------------------------------
 
+    def _identity(self) -> FileIdentity:
+        """This process's handle on the database file, bound to this store's path."""
+        with self._identity_lock:
+            if self._closed:
+                raise StoreError(f"sqlite store {self.path} is closed")
+            if self._file is None:
+                identity = FileIdentity.open(self._real)
+                try:
+                    identity.bind(str(self._real))
+                except BaseException:
+                    identity.close()
+                    raise
+                self._file = identity
+            return self._file
+
     def _connect(self) -> sqlite3.Connection:
         if self._db is not None:
             return self._db
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if OFD_LOCKS:
+            self._identity()
+        self._real.parent.mkdir(parents=True, exist_ok=True)
         # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(self._real, isolation_level=None, check_same_thread=False)
         try:
             db.execute("PRAGMA busy_timeout = 10000")
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite {self.path}: cannot enable WAL (journal_mode={mode})")
             db.execute(f"PRAGMA synchronous = {self.synchronous}")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise SessionFormatUnsupported(
-                    f"sqlite {self.path}: schema version {version} is newer than this build "
-                    f"reads ({SCHEMA_VERSION}); refusing to open it"
-                )
-            db.executescript(
-                f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-            )
+            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                self._prepare_schema(db)
         except BaseException:
             db.close()
             raise
         self._db = db
         return db
+
+    def _prepare_schema(self, db: sqlite3.Connection) -> None:
+        """Create the schema in an empty database, or migrate a version-1 one (re-read
+        under the write lock: another process may have done it meanwhile)."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
+            if version > SCHEMA_VERSION:
+                raise SessionFormatUnsupported(
+                    f"sqlite {self.path}: schema version {version} is newer than this build "
+                    f"reads ({SCHEMA_VERSION}); refusing to open it"
+                )
+            if version == 1:
+                _migrate_from_1(db)
+            elif version == 0 and tables.fetchone()[0] == 0:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            elif version != SCHEMA_VERSION:
+                raise SessionFormatUnsupported(
+                    f"sqlite {self.path}: schema version {version} with tables present is "
+                    "not a database this build wrote; refusing to open it"
+                )
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
     def _locked(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
@@ -157,84 +261,118 @@ class SqliteStore:
         place = f"sqlite {self.path} session {session_id!r}"
         return place if seq is None else f"{place} seq {seq}"
 
-    def _meta(self, db: sqlite3.Connection, session_id: str) -> SessionMeta | None:
-        row = db.execute(
+    def _row(self, db: sqlite3.Connection, session_id: str) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = db.execute(
             f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
         ).fetchone()
+        return row
+
+    def _meta_head(self, db: sqlite3.Connection, session_id: str) -> tuple[SessionMeta, int] | None:
+        row = self._row(db, session_id)
         if row is None:
             return None
         try:
-            return meta_from_row(row, self._where(session_id))
+            meta = meta_from_row(row, self._where(session_id))
+            head = head_of(row, self._where(session_id))
         except SessionFormatError as exc:
             raise SessionCorruptError(exc.where, exc.problem) from exc
+        if meta.id != session_id:
+            raise SessionCorruptError(self._where(session_id), f"row names {meta.id!r}")
+        if head < (meta.seed_length or 0):
+            raise SessionCorruptError(
+                self._where(session_id), f"acknowledged head {head} is below its fork seed"
+            )
+        return meta, head
 
-    def _need_meta(self, db: sqlite3.Connection, session_id: str) -> SessionMeta:
-        meta = self._meta(db, session_id)
-        if meta is None:
+    def _meta(self, db: sqlite3.Connection, session_id: str) -> SessionMeta | None:
+        found = self._meta_head(db, session_id)
+        return None if found is None else found[0]
+
+    def _need(self, db: sqlite3.Connection, session_id: str) -> tuple[SessionMeta, int]:
+        found = self._meta_head(db, session_id)
+        if found is None:
             raise SessionNotFound(session_id)
-        return meta
+        return found
 
-    def _next_seqs(self, db: sqlite3.Connection, session_ids: set[str]) -> dict[str, int]:
-        """The next seq of each session, read in the caller's transaction (a few queries
-        for a whole group commit rather than two per session)."""
+    def _heads(self, db: sqlite3.Connection, session_ids: Sequence[str]) -> dict[str, Any]:
+        """Per session of a group commit: (recorded head, next seq the rows end at), read in
+        the caller's transaction (a few queries for the whole commit, not two per session)."""
         ids = sorted(session_ids)
-        next_seqs: dict[str, int] = {}
+        found: dict[str, Any] = {}
         for start in range(0, len(ids), _IDS_PER_QUERY):
             chunk = ids[start : start + _IDS_PER_QUERY]
             rows = db.execute(
-                "SELECT id, seed_length, "
+                "SELECT id, head, seed_length, "
                 "(SELECT MAX(seq) FROM events WHERE session_id = sessions.id) "
                 f"FROM sessions WHERE id IN ({', '.join('?' * len(chunk))})",
                 chunk,
             )
-            for session_id, seed_length, last in rows:
-                next_seqs[session_id] = (seed_length or 0) if last is None else last + 1
-        for session_id in ids:
-            if session_id not in next_seqs:
-                raise SessionNotFound(session_id)
-        return next_seqs
+            for session_id, head, seed_length, last in rows:
+                rows_end = (seed_length or 0) if last is None else last + 1
+                found[session_id] = (head, rows_end)
+        return found
 
     def _events(
         self,
         db: sqlite3.Connection,
         meta: SessionMeta,
+        head: int,
         length: int | None = None,
         seen: frozenset[str] = frozenset(),
     ) -> list[SessionEvent]:
-        """The first `length` events (all if None), reading fork parents' seeds recursively."""
+        """The first `length` events (all `head` if None), reading fork parents' seeds
+        recursively; every row checksummed, contiguous, and as many as the head says."""
         first = meta.seed_length or 0
+        want = head if length is None else length
+        if want > head:
+            raise SessionCorruptError(
+                self._where(meta.id),
+                f"a fork needs {want} of its events but its acknowledged head is {head}",
+            )
         events: list[SessionEvent] = []
         if meta.parent_session is not None:
             seen = seen | {meta.id}
-            parent = self._meta(db, parent_of(meta, seen, self._where(meta.id)))
+            parent = self._meta_head(db, parent_of(meta, seen, self._where(meta.id)))
             if parent is None:
                 raise SessionCorruptError(
                     self._where(meta.id), f"fork parent {meta.parent_session!r} is missing"
                 )
-            events = self._events(db, parent, first if length is None else min(length, first), seen)
-        if length is not None and length <= first:
+            events = self._events(db, *parent, min(want, first), seen)
+        if want <= first:
             return events
-        upper = -1 if length is None else length
+        # No upper bound on the query: a row past the head is damage, not something to skip.
         rows = db.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? "
-            "AND (? < 0 OR seq < ?) ORDER BY seq",
-            (meta.id, first, upper, upper),
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+            (meta.id, first),
         )
         for row in rows:
             expected = len(events)
-            where = self._where(meta.id, row[1])
+            if expected == want:
+                if length is not None:
+                    break  # a fork seed: later events are the parent's own business
+                raise SessionCorruptError(
+                    self._where(meta.id, row[1]),
+                    f"row seq {row[1]!r} lies past the acknowledged head ({head} events)",
+                )
+            where = self._where(meta.id, expected)
             if row[1] != expected:
-                raise SessionCorruptError(where, f"seq {row[1]} where seq {expected} belongs")
+                raise SessionCorruptError(
+                    where, f"row seq {row[1]!r} where seq {expected} belongs (missing or moved)"
+                )
             try:
                 events.append(event_from_row(row, where))
             except SessionFormatError as exc:
                 raise SessionCorruptError(where, exc.problem) from exc
-        if length is not None and len(events) != length:
+        if len(events) != want:
             raise SessionCorruptError(
-                self._where(meta.id),
-                f"holds {len(events)} of the {length} seed events a fork needs",
+                self._where(meta.id, len(events)),
+                f"missing: the log holds {len(events)} events, its acknowledged head is {want}",
             )
         return events
+
+    def _load_all(self, db: sqlite3.Connection, session_id: str) -> Loaded:
+        meta, head = self._need(db, session_id)
+        return meta, tuple(self._events(db, meta, head))
 
     # the Store API --------------------------------------------------------------------
 
@@ -243,44 +381,108 @@ class SqliteStore:
         row = session_row(meta)
 
         def insert(db: sqlite3.Connection) -> None:
-            if self._meta(db, meta.id) is not None:
+            if self._row(db, meta.id) is not None:
                 raise SessionExists(meta.id)
-            db.execute(f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?)", row)
+            db.execute(_INSERT_SESSION, row)
 
         meta_from_row(row, self._where(meta.id))  # refuse writing an unsupported version
         await self._in_thread(insert, write=True)
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        await self.append_batch(((session_id, events),))
+        try:
+            await self.append_batch(((session_id, events),))
+        except GroupCommitError as exc:
+            raise sole_failure(exc) from None
 
     async def append_batch(self, batch: Batch) -> None:
-        entries = [(session_id, events) for session_id, events in batch if events]
-        for session_id, _events in batch:
-            check_session_id(session_id)
-
-        def write(db: sqlite3.Connection, rows: list[EventRow]) -> None:
-            next_seqs = self._next_seqs(db, {session_id for session_id, _ in entries})
-            for session_id, events in entries:
-                check_continues(session_id, events, next_seqs[session_id])
-                next_seqs[session_id] += len(events)
-            db.executemany(f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?)", rows)
+        failures: Failures = {}
+        merged: dict[str, list[SessionEvent]] = {}
+        for session_id, events in batch:
+            try:
+                check_session_id(session_id)
+            except SessionError as exc:
+                failures[session_id] = exc
+                continue
+            merged.setdefault(session_id, []).extend(events)
 
         def run() -> None:
             # Encoded outside the connection lock: encoding needs no database.
-            rows = [
-                event_row(session_id, event) for session_id, events in entries for event in events
-            ]
-            with write_guard(self._leases, {session_id for session_id, _ in entries}):
-                self._transaction(lambda db: write(db, rows), write=True)
+            rows: dict[str, list[EventRow]] = {}
+            for session_id, events in merged.items():
+                if not events:
+                    continue
+                try:
+                    rows[session_id] = [event_row(session_id, event) for event in events]
+                except Exception as exc:
+                    failures[session_id] = exc
+            with write_rights(self._leases, rows) as refused:
+                failures.update(refused)
+                writable = {sid: r for sid, r in rows.items() if sid not in refused}
+                if writable:
+                    self._transaction(lambda db: self._write(db, writable, failures), write=True)
 
-        if entries:
+        if any(merged.values()):
             await trio.to_thread.run_sync(run)
+        raise_failures(failures)
+
+    def _write(
+        self, db: sqlite3.Connection, rows: dict[str, list[EventRow]], failures: Failures
+    ) -> None:
+        """Insert each session's rows and move its head, isolating the sessions that fail."""
+        heads = self._heads(db, tuple(rows))
+        ready: dict[str, list[EventRow]] = {}
+        for session_id, session_rows in rows.items():
+            try:
+                if session_id not in heads:
+                    raise SessionNotFound(session_id)
+                head, rows_end = heads[session_id]
+                if head != rows_end:
+                    raise SessionCorruptError(
+                        self._where(session_id),
+                        f"acknowledged head {head!r} disagrees with the stored rows (they end "
+                        f"before seq {rows_end}); load the session to see the damage",
+                    )
+                check_seqs(session_id, [row[1] for row in session_rows], head)
+            except SessionError as exc:
+                failures[session_id] = exc
+                continue
+            ready[session_id] = session_rows
+        if not ready:
+            return
+
+        def insert(chunk: dict[str, list[EventRow]]) -> None:
+            db.executemany(_INSERT_EVENTS, [row for part in chunk.values() for row in part])
+            db.executemany(
+                _SET_HEAD, [(part[-1][1] + 1, session_id) for session_id, part in chunk.items()]
+            )
+
+        db.execute("SAVEPOINT group_commit")
+        try:
+            insert(ready)
+        except sqlite3.Error:
+            if not db.in_transaction:
+                raise  # SQLite rolled the whole transaction back: a store-wide failure
+            # One session's rows broke a statement (e.g. a value over SQLite's length
+            # limit): redo the commit session by session, so only that one is refused.
+            db.execute("ROLLBACK TO group_commit")
+            for session_id, part in ready.items():
+                db.execute("SAVEPOINT one_session")
+                try:
+                    insert({session_id: part})
+                except sqlite3.Error as exc:
+                    if not db.in_transaction:
+                        raise
+                    db.execute("ROLLBACK TO one_session")
+                    failures[session_id] = StoreError(f"sqlite {self.path}: {exc}")
+                    failures[session_id].__cause__ = exc
+                db.execute("RELEASE one_session")
+        db.execute("RELEASE group_commit")
 
     async def flush(self, session_id: str | None = None) -> None:
         # Every append commits before it returns; durability is the `synchronous` mode's.
         if session_id is not None:
             check_session_id(session_id)
-            await self._in_thread(lambda db: self._need_meta(db, session_id), write=False)
+            await self._in_thread(lambda db: self._need(db, session_id), write=False)
         elif self._closed:
             raise StoreError(f"sqlite store {self.path} is closed")
         else:
@@ -295,22 +497,18 @@ class SqliteStore:
             return self._where(session_id, seq)
 
         def read_only(db: sqlite3.Connection) -> Loaded:
-            meta = self._need_meta(db, session_id)
-            events = self._events(db, meta)
+            meta, events = self._load_all(db, session_id)
             validate_stored(meta, events, locate)
-            return meta, tuple(events)
+            return meta, events
 
         def read(db: sqlite3.Connection, may_write: bool) -> Loaded:
-            meta = self._need_meta(db, session_id)
-            events = self._events(db, meta)
+            meta, events = self._load_all(db, session_id)
             fixes = plan_repair(meta, events, locate)
             if fixes:
                 if not may_write:
                     raise refuse_live_repair(session_id, "its last turn has no turn/end")
-                db.executemany(
-                    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-                    [event_row(session_id, event) for event in fixes],
-                )
+                db.executemany(_INSERT_EVENTS, [event_row(session_id, event) for event in fixes])
+                db.execute(_SET_HEAD, (fixes[-1].seq + 1, session_id))
             return meta, (*events, *fixes)
 
         def run() -> Loaded:
@@ -331,10 +529,36 @@ class SqliteStore:
             write=False,
         )
 
-    async def list(self) -> tuple[SessionMeta, ...]:
-        def run(db: sqlite3.Connection) -> tuple[SessionMeta, ...]:
-            rows = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY rowid")
-            return tuple(meta_from_row(row, self._where(row[0])) for row in rows)
+    async def list(self) -> Listing:
+        def run(db: sqlite3.Connection) -> Listing:
+            listing: list[SessionMeta | DamagedSession] = []
+            for row in db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY rowid"):
+                shown = row[0] if isinstance(row[0], str) else repr(row[0])
+                try:
+                    listing.append(meta_from_row(row, self._where(shown)))
+                except (SessionFormatError, SessionFormatUnsupported) as exc:
+                    listing.append(DamagedSession(shown, str(exc)))
+            return tuple(listing)
+
+        return await self._in_thread(run, write=False)
+
+    async def check_integrity(self) -> tuple[str, ...]:
+        """`PRAGMA integrity_check`, then every session's rows (checksums, heads, seqs)."""
+
+        def run(db: sqlite3.Connection) -> tuple[str, ...]:
+            problems = [
+                f"sqlite {self.path}: {row[0]}"
+                for row in db.execute("PRAGMA integrity_check")
+                if row[0] != "ok"
+            ]
+            for (session_id,) in db.execute("SELECT id FROM sessions ORDER BY rowid").fetchall():
+                try:
+                    if not isinstance(session_id, str):
+                        raise SessionCorruptError(f"sqlite {self.path}", "a session id is damaged")
+                    self._load_all(db, session_id)
+                except (SessionError, StoreError) as exc:
+                    problems.append(str(exc))
+            return tuple(problems)
 
         return await self._in_thread(run, write=False)
 
@@ -348,20 +572,25 @@ class SqliteStore:
         child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
 
         def run(db: sqlite3.Connection) -> SessionMeta:
-            parent = self._meta(db, parent_id)
+            parent = self._meta_head(db, parent_id)
             if parent is None:
                 raise SessionForkError(
                     ErrorCode.SESSION_NOT_FOUND, f"parent {parent_id!r} not found"
                 )
-            if self._meta(db, child_id) is not None:
+            if self._row(db, child_id) is not None:
                 raise SessionForkError(
                     ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
                 )
-            owner = parent
+            owner, head = parent
+            if boundary >= head:
+                raise SessionForkError(
+                    ErrorCode.INVALID_BOUNDARY,
+                    f"boundary {boundary} is not a stored seq of {parent_id!r}",
+                )
             seen: frozenset[str] = frozenset()
             while owner.parent_session is not None and boundary < (owner.seed_length or 0):
                 seen = seen | {owner.id}
-                owner = self._need_meta(db, parent_of(owner, seen, self._where(owner.id)))
+                owner = self._need(db, parent_of(owner, seen, self._where(owner.id)))[0]
             row = db.execute(
                 "SELECT type FROM events WHERE session_id = ? AND seq = ?", (owner.id, boundary)
             ).fetchone()
@@ -374,10 +603,7 @@ class SqliteStore:
                 raise SessionForkError(
                     ErrorCode.INVALID_BOUNDARY, f"boundary {boundary} is a {row[0]}, not a turn/end"
                 )
-            db.execute(
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-                session_row(child),
-            )
+            db.execute(_INSERT_SESSION, session_row(child))
             return child
 
         return await self._in_thread(run, write=True)
@@ -394,4 +620,11 @@ class SqliteStore:
                     self._db = None
 
         await trio.to_thread.run_sync(run)
+        # After the connection: the leases and the path binding live on the descriptor
+        # `FileIdentity` keeps, closed only once no store of this process uses the file.
         self._leases.release_all()
+        with self._identity_lock:
+            identity, self._file = self._file, None
+        if identity is not None:
+            identity.unbind(str(self._real))
+            identity.close()

@@ -1,0 +1,314 @@
+"""Writer leases (one live writer per session, across processes) and the locks behind them.
+
+Two locks back a lease, both released by the kernel when the holder dies (even by kill -9):
+
+* `FlockFiles`: an exclusive `flock` on a per-session lock file (the JSONL store keeps it in
+  the session's directory, which every path to the store reaches).
+* `RangeLocks`: an open-file-description (OFD) byte-range lock on the database file itself,
+  at an offset derived from the session id, far past any byte SQLite locks. The lock is on
+  the file's identity (device + inode), so a symlink or a hard link to the same database
+  meets the same lock. The same file also carries the *path binding* (`FileIdentity.bind`):
+  a read lock per path the database is open through, so a second path (a hard link, for
+  which SQLite keeps a second WAL) is refused while the first is open.
+
+One descriptor per file identity is kept per process (`FileIdentity`) and closed only when
+the last store using it has closed its SQLite connection: closing any descriptor of a file
+drops every POSIX lock the process holds on it, SQLite's included.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import struct
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+from actorloop.runtime.errors import SessionBusy, StoreError
+
+OFD_LOCKS = hasattr(fcntl, "F_OFD_SETLK")
+"""Whether this platform has OFD locks (Linux >= 3.15); elsewhere SQLite falls back to lock
+files beside the resolved database path (symlinks share them, hard links do not)."""
+
+_LEASE_BASE = 1 << 62
+_PATH_BASE = _LEASE_BASE + (1 << 61)
+_SLOTS = 1 << 60
+_FLOCK = "hhqqi4x"
+"""`struct flock` on Linux: l_type, l_whence, l_start, l_len, l_pid (+ padding)."""
+
+
+def busy_error(session_id: str, detail: str = "") -> SessionBusy:
+    return SessionBusy(f"session {session_id!r} is owned by a live writer{detail}")
+
+
+class Lease:
+    """Proof that its holder is the single writer of one session until `release()`."""
+
+    __slots__ = ("_release", "session_id")
+
+    def __init__(self, session_id: str, release: Callable[[Lease], None]) -> None:
+        self.session_id = session_id
+        self._release: Callable[[Lease], None] | None = release
+
+    @property
+    def held(self) -> bool:
+        return self._release is not None
+
+    def release(self) -> None:
+        """Give the session up (idempotent)."""
+        release, self._release = self._release, None
+        if release is not None:
+            release(self)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Lease({self.session_id!r}, held={self.held})"
+
+
+class Locker(Protocol):
+    """The inter-process lock behind each lease of a `LeaseTable`."""
+
+    def acquire(self, session_id: str) -> object | None:
+        """A token for the lock, or None if another holder has it."""
+
+    def release(self, session_id: str, token: object) -> None: ...
+
+
+class FlockFiles:
+    """An exclusive flock on `lock_path(session_id)` per lease (the descriptor is the token)."""
+
+    def __init__(self, lock_path: Callable[[str], Path]) -> None:
+        self._lock_path = lock_path
+
+    def acquire(self, session_id: str) -> object | None:
+        path = self._lock_path(session_id)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot open lock file {path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return None
+            raise StoreError(f"cannot lock {path}: {exc}") from exc
+        return fd
+
+    def release(self, session_id: str, token: object) -> None:
+        assert isinstance(token, int)
+        os.close(token)  # closing the descriptor drops the flock
+
+
+def _slot(base: int, key: str) -> int:
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return base + int.from_bytes(digest, "big") % _SLOTS
+
+
+def _range_lock(fd: int, kind: int, start: int, length: int = 1) -> bool:
+    """Set (or clear, with F_UNLCK) an OFD lock; False if another description holds it."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, start, length, 0))
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def _range_free(fd: int, start: int, length: int) -> bool:
+    """Whether no other open file description holds any lock in the range."""
+    probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+    answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe)
+    return struct.unpack(_FLOCK, answer)[0] == fcntl.F_UNLCK
+
+
+class FileIdentity:
+    """This process's one descriptor on a file, keyed by device + inode, with the leases and
+    path bindings that process holds on it. Get it with `FileIdentity.open(path)`."""
+
+    _registry: ClassVar[dict[tuple[int, int], FileIdentity]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, key: tuple[int, int], fd: int) -> None:
+        self.key = key
+        self.fd = fd
+        self.users = 0
+        self.paths: Counter[str] = Counter()
+        self.leased: Counter[int] = Counter()
+        self.mutex = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path) -> FileIdentity:
+        """The identity of the file at `path` (created empty if missing), one more user."""
+        with cls._registry_lock:
+            try:
+                stat = os.stat(path)
+            except FileNotFoundError:
+                stat = None
+            except OSError as exc:
+                raise StoreError(f"cannot open {path}: {exc}") from exc
+            identity = None if stat is None else cls._registry.get((stat.st_dev, stat.st_ino))
+            if identity is None:
+                # Opened only when no descriptor of this file is registered: a second one
+                # could never be closed without dropping the process's POSIX locks on it.
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                except OSError as exc:
+                    raise StoreError(f"cannot open {path}: {exc}") from exc
+                opened = os.fstat(fd)
+                key = (opened.st_dev, opened.st_ino)
+                identity = cls._registry[key] = cls(key, fd)
+            identity.users += 1
+        return identity
+
+    def close(self) -> None:
+        """One user fewer; the last one closes the descriptor (after its SQLite connection)."""
+        with self._registry_lock:
+            self.users -= 1
+            if self.users:
+                return
+            del self._registry[self.key]
+        os.close(self.fd)
+
+    def bind(self, name: str) -> None:
+        """Record that the file is open through path `name`; StoreError if this or another
+        process has it open through a different path (a hard link)."""
+        slot = _slot(_PATH_BASE, name)
+        with self.mutex:
+            others = [path for path in self.paths if path != name]
+            if others:
+                raise _alias_error(name, f"this process has it open as {others[0]}")
+            if not self.paths[name]:
+                _range_lock(self.fd, fcntl.F_RDLCK, slot)
+                below = _range_free(self.fd, _PATH_BASE, slot - _PATH_BASE)
+                above = _range_free(self.fd, slot + 1, _PATH_BASE + _SLOTS - slot - 1)
+                if not (below and above):
+                    _range_lock(self.fd, fcntl.F_UNLCK, slot)
+                    raise _alias_error(name, "another process has it open through another path")
+            self.paths[name] += 1
+
+    def unbind(self, name: str) -> None:
+        with self.mutex:
+            self.paths[name] -= 1
+            if self.paths[name] <= 0:
+                del self.paths[name]
+                _range_lock(self.fd, fcntl.F_UNLCK, _slot(_PATH_BASE, name))
+
+
+def _alias_error(name: str, detail: str) -> StoreError:
+    return StoreError(
+        f"sqlite {name}: the database file is in use through another path ({detail}); "
+        "SQLite keeps its WAL beside each path, so two names for one database would corrupt "
+        "it. Open it through one path."
+    )
+
+
+class RangeLocks:
+    """Leases as OFD byte-range locks on a file's identity (the token: identity and slot)."""
+
+    def __init__(self, identity: Callable[[], FileIdentity]) -> None:
+        self._identity = identity
+
+    def acquire(self, session_id: str) -> object | None:
+        identity = self._identity()
+        slot = _slot(_LEASE_BASE, session_id)
+        with identity.mutex:
+            # Another store instance of this process shares the descriptor, and locks of
+            # one description never conflict with each other: check in-process holders.
+            if identity.leased[slot]:
+                return None
+            if not _range_lock(identity.fd, fcntl.F_WRLCK, slot):
+                return None
+            identity.leased[slot] += 1
+        return identity, slot
+
+    def release(self, session_id: str, token: object) -> None:
+        assert isinstance(token, tuple)
+        identity, slot = token
+        with identity.mutex:
+            identity.leased[slot] -= 1
+            if identity.leased[slot] <= 0:
+                del identity.leased[slot]
+                _range_lock(identity.fd, fcntl.F_UNLCK, slot)
+
+
+class LeaseTable:
+    """The writer leases one store instance holds, each backed by `locker` (which excludes
+    other processes and other store instances); without one (memory store) leases are
+    in-process only."""
+
+    def __init__(self, locker: Locker | None = None) -> None:
+        self._locker = locker
+        self._held: dict[str, tuple[Lease, object]] = {}
+        # Stores check leases from worker threads while `claim` runs on the trio thread.
+        self._mutex = threading.Lock()
+
+    def claim(self, session_id: str) -> Lease:
+        lease = self.try_claim(session_id)
+        if lease is None:
+            raise busy_error(session_id, " (its writer lease is held); refusing a second writer")
+        return lease
+
+    def try_claim(self, session_id: str) -> Lease | None:
+        with self._mutex:
+            if session_id in self._held:
+                return None
+            token: object = None
+            if self._locker is not None:
+                token = self._locker.acquire(session_id)
+                if token is None:
+                    return None
+            lease = Lease(session_id, self._release)
+            self._held[session_id] = (lease, token)
+            return lease
+
+    def holds(self, lease: Lease | None, session_id: str) -> bool:
+        entry = self._held.get(session_id)
+        return lease is not None and entry is not None and entry[0] is lease
+
+    def held_here(self, session_id: str) -> bool:
+        """Whether this store instance holds a lease on `session_id`."""
+        return session_id in self._held
+
+    def _release(self, lease: Lease) -> None:
+        with self._mutex:
+            entry = self._held.get(lease.session_id)
+            if entry is None or entry[0] is not lease:
+                return
+            del self._held[lease.session_id]
+            if self._locker is not None:
+                self._locker.release(lease.session_id, entry[1])
+
+    def release_all(self) -> None:
+        for lease, _token in tuple(self._held.values()):
+            lease.release()
+
+    @contextmanager
+    def writer_right(self, session_id: str, lease: Lease | None) -> Iterator[bool]:
+        """Whether the caller may write `session_id` now: its own live `lease`, or a
+        temporary one taken for the duration of the block (False if someone holds it)."""
+        if lease is not None:
+            if not self.holds(lease, session_id):
+                raise ValueError(f"{lease!r} is not a live lease of this store for {session_id!r}")
+            yield True
+            return
+        temporary = self.try_claim(session_id)
+        try:
+            yield temporary is not None
+        finally:
+            if temporary is not None:
+                temporary.release()
