@@ -1,5 +1,7 @@
-"""Store integrity edges: a stored fork lineage can neither escape the store nor loop, and a
-JSONL flush never acknowledges what is not on disk (after a load, after a failed fsync)."""
+"""Store integrity edges: a stored fork lineage can neither escape the store nor loop, a
+JSONL flush never acknowledges what is not on disk (after a load, after a failed fsync), a
+damaged session is listed as damaged without hiding the others, and the offline integrity
+check reports damage and changes nothing."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from session_logs import begin_turn, end_step, end_turn, model_step
 import actorloop.runtime.stores.jsonl as jsonl_module
 from actorloop.codecs.jsonl import meta_line
 from actorloop.codecs.rows import session_row
+from actorloop.runtime import EchoProvider, Runtime
 from actorloop.runtime.errors import SessionCorruptError, StoreError
+from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.session import Session, SessionMeta
-from actorloop.runtime.stores import JsonlStore, SqliteStore
+from actorloop.runtime.stores import JsonlStore, MemoryStore, SqliteStore
 
 
 def one_turn(session_id: str) -> Session:
@@ -132,7 +136,80 @@ async def test_a_symlinked_sqlite_path_shares_the_writer_lease(tmp_path: Path) -
     try:
         with pytest.raises(SessionBusy):
             alias.claim("s1")
+        assert [meta.id for meta in await alias.list()] == ["s1"]  # one database, one path
     finally:
         lease.release()
         await real.close()
         await alias.close()
+
+
+# listing around a damaged session, and the offline integrity check ------------------------
+
+
+async def damaged_jsonl(root: Path) -> JsonlStore:
+    """A JSONL store of sessions s0..s2 whose s1 meta line is damaged."""
+    store = JsonlStore(root)
+    for index in range(3):
+        session = one_turn(f"s{index}")
+        await store.create(session.meta)
+        await store.append(session.id, session.events)
+    await store.close()
+    log = root / "s1" / "log.jsonl"
+    data = bytearray(log.read_bytes())
+    data[15] ^= 0x04
+    log.write_bytes(bytes(data))
+    return JsonlStore(root)
+
+
+async def test_a_damaged_meta_is_listed_as_damaged_and_the_rest_still_list(
+    tmp_path: Path,
+) -> None:
+    store = await damaged_jsonl(tmp_path / "logs")
+    try:
+        listing = await store.list()
+        assert [entry.id for entry in listing] == ["s0", "s2", "s1"]
+        damaged = listing[-1]
+        assert isinstance(damaged, DamagedSession)
+        assert "log.jsonl:1" in damaged.problem and "damaged" in damaged.problem
+        assert all(isinstance(entry, SessionMeta) for entry in listing[:2])
+        assert len((await store.load("s0"))[1]) == len(one_turn("s0"))
+        with pytest.raises(SessionCorruptError):
+            await store.load("s1")
+    finally:
+        await store.close()
+
+
+async def test_the_runtime_lists_damaged_sessions_too(tmp_path: Path) -> None:
+    await (await damaged_jsonl(tmp_path / "logs")).close()
+    async with Runtime.open(store=f"jsonl:{tmp_path / 'logs'}", provider=EchoProvider()) as rt:
+        listing = await rt.list_sessions()
+    assert [(entry.id, type(entry).__name__) for entry in listing] == [
+        ("s0", "SessionMeta"),
+        ("s2", "SessionMeta"),
+        ("s1", "DamagedSession"),
+    ]
+
+
+async def test_jsonl_integrity_check_reports_damage_and_torn_tails(tmp_path: Path) -> None:
+    store = await damaged_jsonl(tmp_path / "logs")
+    with (tmp_path / "logs" / "s2" / "log.jsonl").open("ab") as log:
+        log.write(b"0123abcd {")  # an incomplete final write: reported, not an error
+    try:
+        problems = await store.check_integrity()
+    finally:
+        await store.close()
+    assert len(problems) == 2
+    assert "s1" in problems[0] and "damaged" in problems[0]
+    assert "s2" in problems[1] and "torn tail" in problems[1]
+    # The check changed nothing.
+    assert (tmp_path / "logs" / "s2" / "log.jsonl").read_bytes().endswith(b"0123abcd {")
+
+
+async def test_a_clean_store_passes_the_integrity_check(tmp_path: Path) -> None:
+    for store in (JsonlStore(tmp_path / "logs"), SqliteStore(tmp_path / "db"), MemoryStore()):
+        session = one_turn("s")
+        await store.create(session.meta)
+        await store.append("s", session.events)
+        await store.flush("s")
+        assert await store.check_integrity() == ()
+        await store.close()
