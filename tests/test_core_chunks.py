@@ -1,5 +1,6 @@
-"""Content vocabulary and stream chunks: messages/blocks helpers, token usage and the
-ChunkAssembler that folds a provider stream into content."""
+"""Content vocabulary and stream chunks: messages/blocks helpers, token usage, the
+ChunkAssembler that folds a provider stream into content, and the checks of what providers
+(chunks) and tools (output) hand the loop."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from actorloop.runtime.chunks import (
     TokenUsage,
     ToolCallDelta,
     UsageReport,
+    check_chunk,
+    check_tool_output,
 )
+from actorloop.runtime.errors import ErrorCode, ToolOutputError
 from actorloop.runtime.messages import (
     USER,
     ContentError,
@@ -144,3 +148,81 @@ def test_assembler_rejects_broken_streams(chunks: list[object], fragment: str) -
     with pytest.raises(StreamProtocolError, match=fragment):
         for chunk in chunks:
             assembler.feed(chunk)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------- seam checks
+
+VALID_CHUNKS = [
+    BlockStart(0, "text"),
+    BlockStart(1, "tool_call", "c1", "echo"),
+    TextDelta(0, "hé 😀"),
+    ReasoningDelta(2, "think", "sig"),
+    ToolCallDelta(1, '{"x": 1}'),
+    BlockEnd(0),
+    UsageReport(TokenUsage(1, 2, 3, 4, 5)),
+    Finish("stop"),
+    Finish("error", ErrorInfo("boom", "PROVIDER_ERROR")),
+]
+
+
+@pytest.mark.parametrize("chunk", VALID_CHUNKS, ids=lambda chunk: type(chunk).__name__)
+def test_valid_chunks_pass_the_check_unchanged(chunk: object) -> None:
+    assert check_chunk(chunk) is chunk
+
+
+class TextDeltaSubclass(TextDelta):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("chunk", "fragment"),
+    [
+        (None, "provider yielded NoneType None, not a stream chunk"),
+        ("text", "provider yielded str 'text', not a stream chunk"),
+        ({"type": "text_delta"}, "provider yielded dict"),
+        (Text("x"), "provider yielded Text"),
+        (TextDelta(0, 5), "TextDelta.text must be a str, got int"),  # type: ignore[arg-type]
+        (TextDelta(True, "x"), "TextDelta.index must be an int >= 0, got bool"),
+        (TextDelta(-1, "x"), "TextDelta.index must be an int >= 0"),
+        (TextDelta(0, "\ud800"), "TextDelta.text: lone surrogate U\\+D800"),
+        (BlockStart(0, "image"), "BlockStart.kind must be one of text, reasoning, tool_call"),  # type: ignore[arg-type]
+        (BlockStart(0, "tool_call", 7, "n"), "BlockStart.call_id must be a str or None"),  # type: ignore[arg-type]
+        (ReasoningDelta(0, "t", b"sig"), "ReasoningDelta.signature must be a str or None"),  # type: ignore[arg-type]
+        (ToolCallDelta(0, None), "ToolCallDelta.arguments must be a str"),  # type: ignore[arg-type]
+        (BlockEnd("0"), "BlockEnd.index must be an int"),  # type: ignore[arg-type]
+        (UsageReport({"input": 1}), "UsageReport.usage must be a TokenUsage"),  # type: ignore[arg-type]
+        (UsageReport(TokenUsage(1.5)), "UsageReport.usage.input must be an int"),  # type: ignore[arg-type]
+        (Finish("done"), "Finish.kind must be one of stop"),  # type: ignore[arg-type]
+        (Finish("error", "boom"), "Finish.error must be an ErrorInfo or None"),  # type: ignore[arg-type]
+        (Finish("error", ErrorInfo("m", 3)), "Finish.error.code must be a str or None"),  # type: ignore[arg-type]
+        (TextDeltaSubclass(0, "x"), "a subclass of a stream chunk"),
+    ],
+)
+def test_malformed_chunks_are_a_typed_protocol_error(chunk: object, fragment: str) -> None:
+    with pytest.raises(StreamProtocolError, match=fragment):
+        check_chunk(chunk)
+
+
+def test_tool_output_is_normalized_to_text_blocks() -> None:
+    assert check_tool_output("done") == (Text("done"),)
+    assert check_tool_output([Text("a"), Text("b")]) == (Text("a"), Text("b"))
+    assert check_tool_output(()) == ()
+
+
+@pytest.mark.parametrize(
+    ("output", "fragment"),
+    [
+        ((Text(5),), "block 0: Text.text is int, expected str"),  # type: ignore[arg-type]
+        ((Text("a"), "b"), "block 1 is str, expected Text"),
+        ((ToolCall("c", "n", "{}"),), "block 0 is ToolCall, expected Text"),
+        (5, "tool returned int; expected a str or a tuple of Text"),
+        (None, "tool returned NoneType"),
+        (b"bytes", "tool returned bytes"),
+        ("\ud800", "at output: lone surrogate"),
+        ((Text("ok"), Text("\udfff")), r"at output\[1\]\.text: lone surrogate"),
+    ],
+)
+def test_bad_tool_output_is_a_typed_error(output: object, fragment: str) -> None:
+    with pytest.raises(ToolOutputError, match=fragment) as info:
+        check_tool_output(output)
+    assert info.value.code == ErrorCode.INVALID_TOOL_OUTPUT

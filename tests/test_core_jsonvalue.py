@@ -369,3 +369,36 @@ def test_the_fast_path_agrees_with_the_exact_walk(value: Any) -> None:
     finally:
         jv._FAST_DEPTH = saved
     assert fast == exact
+
+
+# ------------------------------------------------------------------------- lone surrogates
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ("\ud800", "$"),
+        ({"a": ["ok", "x\udfff"]}, "$.a[1]"),
+        ({"\ud83d": 1}, "$ (key '\\ud83d')"),
+        ([{"deep": "é\udc00"}], "$[0].deep"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_its_path(value: Any, path: str) -> None:
+    with pytest.raises(JsonValueError) as info:
+        freeze_json(value)
+    assert info.value.path == path
+    assert "lone surrogate" in info.value.problem
+
+
+def test_a_lone_surrogate_deep_in_a_nest_is_refused_by_the_iterative_walk() -> None:
+    value: Any = "\ud800"
+    for _ in range(300):
+        value = [value]
+    with pytest.raises(JsonValueError, match="lone surrogate U\\+D800"):
+        freeze_json(value)
+
+
+def test_paired_and_non_ascii_text_is_accepted() -> None:
+    assert freeze_json({"é": "😀 ü \u2028"}) == {"é": "😀 ü \u2028"}
+    with pytest.raises(JsonValueError):
+        freeze_json("\ud83d\ude00")  # a surrogate pair spelled as two code points

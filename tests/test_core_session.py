@@ -13,7 +13,7 @@ from strategies import HEADER, LogBuilder, build_log
 
 from actorloop.codecs.jsonvalue import JsonValueError, freeze_object
 from actorloop.runtime.chunks import TextDelta
-from actorloop.runtime.errors import SessionValidationError
+from actorloop.runtime.errors import ErrorCode, SessionValidationError
 from actorloop.runtime.events import (
     APPEND,
     AssistantChunk,
@@ -38,7 +38,15 @@ from actorloop.runtime.events import (
     UserMessage,
 )
 from actorloop.runtime.header import LlmCallConfig, ToolsDelta
-from actorloop.runtime.messages import USER, Message, Reasoning, Text
+from actorloop.runtime.messages import (
+    USER,
+    Message,
+    Reasoning,
+    Source,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from actorloop.runtime.session import Session
 
 T0 = 1_700_000_000_000
@@ -839,3 +847,120 @@ def test_from_loaded_folds_like_a_validated_replay() -> None:
     assert loaded.surface == checked.surface
     assert loaded.last_turn == checked.last_turn == 4
     assert loaded.history_chain() == checked.history_chain()
+
+
+# ------------------------------------------------------------------------- hostile content
+
+
+@pytest.mark.parametrize(
+    ("event_type", "data", "path"),
+    [
+        ("user/message", UserMessage((Text("hi \ud800"),), USER), "$[1].data.content[0].text"),
+        (
+            "context/message",
+            {
+                "content": [{"type": "text", "text": "ok"}],
+                "source": {"kind": "user"},
+                "meta": {"k\udfff": 1},
+            },
+            "$[1].data.meta (key 'k\\udfff')",
+        ),
+    ],
+)
+def test_a_lone_surrogate_never_reaches_the_log(event_type: str, data: Any, path: str) -> None:
+    """Refused at append for every store alike (memory included): nothing to encode later."""
+    session = open_turn()
+    before = state_of(session)
+    with pytest.raises(JsonValueError) as info:
+        session.append(event_type, data, surface_op=APPEND)
+    assert info.value.path == path
+    assert state_of(session) == before
+
+
+def test_lone_surrogates_in_model_output_and_tool_results_are_refused() -> None:
+    session = open_step()
+    with pytest.raises(JsonValueError, match=r"\$\[2\]\.data\.chunk\.text"):
+        session.append("assistant/chunk", AssistantChunk(1, 1, TextDelta(0, "\udc80")))
+    call = ToolCall("c1", "echo", '{"x": "\ud800"}')
+    with pytest.raises(JsonValueError, match=r"content\[0\]\.arguments"):
+        session.append(
+            "assistant/message",
+            AssistantMessage(1, 1, (call,), "p", "m"),
+            surface_op=APPEND,
+            source_event_seqs=(),
+        )
+    session.append("tool/call", ToolCallEvent(1, 1, "c1", "echo", "{}"))
+    with pytest.raises(JsonValueError, match=r"content\[0\]\.text"):
+        session.append(
+            "tool/result",
+            ToolResultEvent(1, 1, "c1", (Text("\ud800"),)),
+            surface_op=APPEND,
+            source_event_seqs=(2,),
+        )
+
+
+TOOL_BLOCKS = [ToolCall("c", "n", "{}"), ToolResult("c", (Text("r"),))]
+
+
+@pytest.mark.parametrize("block", TOOL_BLOCKS, ids=["tool call", "tool result"])
+@pytest.mark.parametrize("event_type", ["user/message", "context/message", "steering/message"])
+def test_user_and_context_content_may_not_hold_tool_blocks(event_type: str, block: Any) -> None:
+    session = open_turn()
+    content = (Text("look"), block)
+    data: Any = {
+        "user/message": UserMessage(content, USER),
+        "context/message": ContextMessage(content, Source.of_plugin("p")),
+        "steering/message": SteeringMessage(1, content, USER),
+    }[event_type]
+    error = assert_rejected(
+        session, "content block 1 is a Tool", event_type, data, surface_op=APPEND
+    )
+    assert error.code == ErrorCode.TOOL_BLOCK_IN_USER_CONTENT
+
+
+def test_blocked_prompts_may_not_hold_tool_blocks_either() -> None:
+    session = open_turn()
+    data = PromptBlocked((TOOL_BLOCKS[1],), USER, "policy")
+    error = assert_rejected(session, "content block 0 is a ToolResult", "prompt/blocked", data)
+    assert error.code == ErrorCode.TOOL_BLOCK_IN_USER_CONTENT
+
+
+def test_duplicate_tool_call_ids_in_one_assistant_message_are_refused() -> None:
+    session = open_step()
+    calls = (ToolCall("same", "a", "{}"), Text("and"), ToolCall("same", "b", "{}"))
+    error = assert_rejected(
+        session,
+        "tool call id 'same' appears twice",
+        "assistant/message",
+        AssistantMessage(1, 1, calls, "p", "m"),
+        surface_op=APPEND,
+        source_event_seqs=(),
+    )
+    assert error.code == ErrorCode.DUPLICATE_TOOL_CALL_ID
+    # Distinct ids are fine, and so is the same id in a later step.
+    session.append(
+        "assistant/message",
+        AssistantMessage(1, 1, (ToolCall("a1", "a", "{}"), ToolCall("b1", "b", "{}")), "p", "m"),
+        surface_op=APPEND,
+        source_event_seqs=(),
+    )
+
+
+def test_an_assistant_message_may_not_carry_a_tool_result() -> None:
+    session = open_step()
+    assert_rejected(
+        session,
+        "a model's message cannot carry a tool result",
+        "assistant/message",
+        AssistantMessage(1, 1, (TOOL_BLOCKS[1],), "p", "m"),
+        surface_op=APPEND,
+        source_event_seqs=(),
+    )
+
+
+def test_a_stored_log_breaking_a_content_rule_is_refused_on_load() -> None:
+    """The rules hold on load too: a log written by hand with a user tool call is refused."""
+    session = open_turn()
+    forged = SessionEvent("user/message", 1, T0, UserMessage((TOOL_BLOCKS[0],), USER), None, APPEND)
+    with pytest.raises(SessionValidationError, match="content block 0 is a ToolCall"):
+        Session.from_events("s", [*session.events, forged])
