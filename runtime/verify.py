@@ -1,5 +1,6 @@
-"""Offline verification of a stored log: every structural rule, and every recorded request
-digest against the request rebuilt from the log (one incremental pass)."""
+"""Offline verification of a stored log: every structural rule, every recorded request
+digest against the request rebuilt from the log, and the pairing of each step's tool calls
+with their logged calls and results (one incremental pass)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,18 @@ from attrs import frozen
 
 from actorloop.codecs.converter import canonical_bytes
 from actorloop.runtime.chunks import ChunkAssembler
-from actorloop.runtime.errors import ActorloopError, VerificationFailed
-from actorloop.runtime.events import AssistantChunk, AssistantMessage, SessionEvent, StepStart
+from actorloop.runtime.errors import ActorloopError, StreamProtocolError, VerificationFailed
+from actorloop.runtime.events import (
+    AssistantChunk,
+    AssistantMessage,
+    Replace,
+    SessionEvent,
+    StepEnd,
+    StepStart,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from actorloop.runtime.messages import ToolCall
 from actorloop.runtime.request import request_digest
 from actorloop.runtime.session import Session, SessionMeta
 from actorloop.runtime.surface import chain_of
@@ -33,10 +44,12 @@ def verify_log(meta: SessionMeta, events: Sequence[SessionEvent]) -> VerifyRepor
     checked = 0
     missing = 0
     prefix_chains: dict[bytes, bytes] = {}
+    calls = _StepCalls()
     for event in events:
         if isinstance(event.data, StepStart):
             boundary_chain = replay.history_chain()
         data = event.data
+        calls.check(event)
         if isinstance(data, AssistantMessage):
             if data.request_digest is None:
                 missing += 1
@@ -74,8 +87,54 @@ def _check_chunks(replay: Session, event: SessionEvent) -> None:
         chunk = replay.event(seq).data
         if not isinstance(chunk, AssistantChunk):
             raise VerificationFailed(event.seq, f"provenance seq {seq} is not an assistant/chunk")
-        assembler.feed(chunk.chunk)
+        try:
+            assembler.feed(chunk.chunk)
+        except StreamProtocolError as exc:
+            raise VerificationFailed(event.seq, f"provenance chunk seq {seq}: {exc}") from exc
     truncated = assembler.finish is not None and assembler.finish.kind == "max-tokens"
     assert isinstance(event.data, AssistantMessage)
     if assembler.content(drop_tool_calls=truncated) != event.data.content:
         raise VerificationFailed(event.seq, "assistant/message content diverges from its chunks")
+
+
+class _StepCalls:
+    """Within one step: every `tool/call` is one the step's assistant message requested
+    (same id and name), and by `step/end` every requested call has its `tool/result`. A
+    listener rewriting a call's id would otherwise leave the real call unanswered."""
+
+    def __init__(self) -> None:
+        self.requested: dict[str, str] = {}
+        self.answered: set[str] = set()
+
+    def check(self, event: SessionEvent) -> None:
+        data = event.data
+        if isinstance(data, StepStart):
+            self.requested.clear()
+            self.answered.clear()
+        elif isinstance(data, AssistantMessage):
+            for block in data.content:
+                if isinstance(block, ToolCall):
+                    self.requested[block.id] = block.name
+        elif isinstance(data, ToolCallEvent):
+            name = self.requested.get(data.call_id)
+            if name is None:
+                raise VerificationFailed(
+                    event.seq,
+                    f"tool/call {data.call_id!r} names no call the step's assistant message "
+                    f"requested (requested: {sorted(self.requested) or 'none'})",
+                )
+            if name != data.name:
+                raise VerificationFailed(
+                    event.seq,
+                    f"tool/call {data.call_id!r} names tool {data.name!r}, the assistant "
+                    f"message requested {name!r}",
+                )
+        elif isinstance(data, ToolResultEvent) and not isinstance(event.surface_op, Replace):
+            self.answered.add(data.call_id)
+        elif isinstance(data, StepEnd):
+            missing = sorted(self.requested.keys() - self.answered)
+            if missing:
+                raise VerificationFailed(
+                    event.seq,
+                    f"step {data.step} ends with requested tool calls unanswered: {missing}",
+                )

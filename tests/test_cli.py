@@ -11,6 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from actorloop.codecs.rows import event_crc
+
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "examples" / "tiny.toml"
 
@@ -104,8 +106,10 @@ def test_verify_fails_and_names_the_altered_event(tmp_path: Path) -> None:
         ).fetchone()
         tampered = bytes(body).replace(b"Step 1", b"Step 9")
         assert tampered != body
+        # The row checksum is rewritten too (a forger, not damage: damage fails the load).
         db.execute(
-            "UPDATE events SET body = ? WHERE session_id = ? AND seq = ?", (tampered, worker, seq)
+            "UPDATE events SET body = ?, crc = ? WHERE session_id = ? AND seq = ?",
+            (tampered, event_crc(worker, seq, tampered), worker, seq),
         )
     verified = actorloop("sessions", "--store", store, "verify", worker, cwd=tmp_path)
     assert verified.returncode == 1

@@ -8,6 +8,7 @@ right seq."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from helpers import open_runtime
 
 from actorloop.codecs.converter import canonical_bytes
+from actorloop.codecs.rows import event_crc
 from actorloop.runtime import (
     Agent,
     AgentOptions,
@@ -33,6 +35,7 @@ from actorloop.runtime import (
     tool_call,
     tool_calls,
 )
+from actorloop.runtime.errors import SessionCorruptError
 from actorloop.runtime.header_algebra import fold
 from actorloop.runtime.request import digest_of
 from actorloop.runtime.stored import load_session
@@ -354,12 +357,26 @@ async def test_tampering_a_stored_row_fails_verification(tmp_path: Path) -> None
         record = orjson.loads(body)
         assert record["data"]["content"] == [{"type": "text", "text": "second"}]
         record["data"]["content"] = [{"type": "text", "text": "second (edited)"}]
+        edited = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
         connection.execute(
             "UPDATE events SET body = ? WHERE session_id = ? AND seq = ?",
-            (orjson.dumps(record, option=orjson.OPT_SORT_KEYS), session.id, target.seq),
+            (edited, session.id, target.seq),
         )
     connection.close()
 
+    # The row's checksum no longer matches: the load itself refuses it.
+    store = open_store(f"sqlite:{database}")
+    try:
+        with pytest.raises(SessionCorruptError, match=f"seq {target.seq}: row checksum"):
+            await load_session(store, session.id)
+    finally:
+        await store.close()
+    # A forger who rewrites the checksum too is caught by the request digests.
+    with closing(sqlite3.connect(database)) as connection, connection:
+        connection.execute(
+            "UPDATE events SET crc = ? WHERE session_id = ? AND seq = ?",
+            (event_crc(session.id, target.seq, edited), session.id, target.seq),
+        )
     store = open_store(f"sqlite:{database}")
     try:
         tampered = await load_session(store, session.id)

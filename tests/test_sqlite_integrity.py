@@ -411,3 +411,23 @@ async def test_a_second_runtime_through_a_hard_link_is_refused_and_nothing_break
     with raw(real) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert (await load(real, "s1"))[1] == events  # type: ignore[index]
+
+
+async def test_leases_share_one_descriptor_of_the_database(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "many.db")
+    await store.create(SessionMeta("first"))
+    before = len(os.listdir("/proc/self/fd"))
+    leases = [store.claim(f"s{index}") for index in range(300)]
+    assert len(os.listdir("/proc/self/fd")) <= before + 1
+    other = SqliteStore(tmp_path / "many.db")
+    try:
+        for index in (0, 150, 299):
+            with pytest.raises(SessionBusy):
+                other.claim(f"s{index}")
+        for lease in leases:
+            lease.release()
+        with other.claim("s150"):
+            pass
+    finally:
+        await other.close()
+        await store.close()
