@@ -1,12 +1,18 @@
 """Store benchmark: durable events/s through the CodecActor into SQLite with group commit at
 1, 10 and 1,000 concurrent sessions; load time of a 100,000-event session from SQLite and
-JSONL; store fork time at 100 vs 100,000 events.
+JSONL; store fork time at 100 vs 100,000 events; and the append path's cost against a
+baseline revision, measured in one run.
 
 Run from the repository root:
 
     python -m benchmarks.bench_store [--quick]
+    python -m benchmarks.bench_store --append-baseline main [--rounds 5]
 
-Writes benchmarks/results/store.json and benchmarks/results/store.md.
+The first writes benchmarks/results/store.json and store.md. The second measures durable
+appends (the same workload, through the CodecActor, JSONL and SQLite) for the baseline
+revision's code (extracted with `git archive`, imported first on PYTHONPATH) and for this
+tree, alternating subprocesses round by round so both see the same machine, and writes
+benchmarks/results/store_append.json and store_append.md (medians, and after / before).
 
 Workload: loop-shaped turns of 13 events (turn/start, user/message, a tool step with one
 chunk, assistant/message, tool/call, tool/result, a reply step, turn/end), built with the
@@ -20,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -153,6 +161,165 @@ async def measure_throughput(
         "mean_sessions_per_commit": statistics.fmean(store.sessions_per_commit),
         "events_per_commit": total / store.commits,
     }
+
+
+APPEND_PLAN = (
+    ("jsonl", 1, 300),
+    ("jsonl", 10, 60),
+    ("jsonl", 100, 6),
+    ("sqlite", 1, 300),
+    ("sqlite", 10, 60),
+)
+"""(store, concurrent sessions, turns each) of the append-path comparison."""
+
+
+async def measure_append(
+    directory: Path, kind: str, sessions: int, events: tuple[SessionEvent, ...]
+) -> dict[str, Any]:
+    """Durable events/s of `sessions` loops persisting step batches (submit + barrier)."""
+    store: Store
+    if kind == "jsonl":
+        store = JsonlStore(directory / f"append-{sessions}")
+    else:
+        store = SqliteStore(directory / f"append-{sessions}.db")
+    ids = [f"s{index}" for index in range(sessions)]
+    leases = [store.claim(session_id) for session_id in ids]
+    for session_id in ids:
+        await store.create(SessionMeta(session_id))
+    batches = [events[start : start + STEP_BATCH] for start in range(0, len(events), STEP_BATCH)]
+    async with trio.open_nursery() as nursery:
+        actor = CodecActor(store, capacity=max(1024, 2 * sessions))
+        await nursery.start(actor.run)
+
+        async def loop(session_id: str) -> None:
+            for batch in batches:
+                await actor.persist(session_id, batch)
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as loops:
+            for session_id in ids:
+                loops.start_soon(loop, session_id)
+        elapsed = time.perf_counter() - started
+        await actor.aclose()
+    for lease in leases:
+        lease.release()
+    await store.close()
+    total = sessions * len(events)
+    return {"store": kind, "sessions": sessions, "events": total, "events_per_s": total / elapsed}
+
+
+async def append_only() -> list[dict[str, Any]]:
+    template = build_log("template", max(turns for _, _, turns in APPEND_PLAN))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-append-") as temp:
+        for kind, sessions, turns in APPEND_PLAN:
+            events = template.events[: turns * EVENTS_PER_TURN]
+            rows.append(await measure_append(Path(temp) / kind, kind, sessions, events))
+    return rows
+
+
+def _baseline_tree(revision: str, into: Path) -> Path:
+    """The baseline's code folders extracted and linked under the import name."""
+    root = RESULTS.parent.parent
+    archive = subprocess.run(
+        ["git", "archive", revision, "runtime", "actors", "codecs"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    package = into / "pkg" / "actorloop"
+    package.mkdir(parents=True)
+    for folder in ("runtime", "actors", "codecs"):
+        (package / folder).symlink_to(into / folder)
+    return into / "pkg"
+
+
+def _run_append(pythonpath: Path | None) -> list[dict[str, Any]]:
+    root = RESULTS.parent.parent
+    env = dict(os.environ)
+    parts = [str(pythonpath)] if pythonpath is not None else []
+    env["PYTHONPATH"] = os.pathsep.join([*parts, str(root)])
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_store", "--append-only"],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return rows
+
+
+def _commit(revision: str) -> str:
+    root = RESULTS.parent.parent
+    return subprocess.run(
+        ["git", "rev-parse", "--short", revision],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def append_baseline(revision: str, rounds: int) -> dict[str, Any]:
+    runs: dict[str, list[list[dict[str, Any]]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
+        pythonpath = _baseline_tree(revision, Path(temp))
+        for index in range(rounds):
+            print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
+            runs["before"].append(_run_append(pythonpath))
+            runs["after"].append(_run_append(None))
+    rows = []
+    for position, (kind, sessions, turns) in enumerate(APPEND_PLAN):
+        before = statistics.median(run[position]["events_per_s"] for run in runs["before"])
+        after = statistics.median(run[position]["events_per_s"] for run in runs["after"])
+        rows.append(
+            {
+                "store": kind,
+                "sessions": sessions,
+                "events": sessions * turns * EVENTS_PER_TURN,
+                "before_events_per_s": before,
+                "after_events_per_s": after,
+                "cost_ratio": before / after,
+            }
+        )
+    return {
+        "baseline": f"{revision} ({_commit(revision)})",
+        "after": f"working tree on {_commit('HEAD')}",
+        "rounds": rounds,
+        "environment": environment(),
+        "rows": rows,
+        "runs": runs,
+    }
+
+
+def append_markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    lines = [
+        "# Append-path cost: before / after",
+        "",
+        f"`python -m benchmarks.bench_store --append-baseline ... --rounds {report['rounds']}` — "
+        f"Python {env['python']} on {env['platform']} (SQLite {env['sqlite']}), {env['when']}.",
+        "",
+        f"Before: {report['baseline']}. After: {report['after']}. Each round runs the "
+        "baseline and then this tree in fresh subprocesses; the figures are medians over the "
+        f"rounds. Workload as above: {EVENTS_PER_TURN}-event turns persisted in "
+        f"{STEP_BATCH}-event step batches through the CodecActor (submit + barrier, durable).",
+        "*cost after/before* is the time per durable event after, relative to before.",
+        "",
+        "| store | sessions | events | before events/s | after events/s | cost after/before |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        lines.append(
+            f"| {row['store']} | {row['sessions']:,} | {row['events']:,} "
+            f"| {row['before_events_per_s']:,.0f} | {row['after_events_per_s']:,.0f} "
+            f"| {row['cost_ratio']:.3f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
 
 
 async def fill(store: Store, session: Session) -> None:
@@ -336,7 +503,23 @@ async def main(quick: bool) -> dict[str, Any]:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument(
+        "--append-baseline", metavar="REV", help="compare the append path with REV's code"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the comparison")
+    parser.add_argument("--append-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.append_only:
+        print(json.dumps(trio.run(append_only)))
+        return
+    if args.append_baseline:
+        compared = append_baseline(args.append_baseline, args.rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "store_append.json").write_text(json.dumps(compared, indent=2) + "\n")
+        text = append_markdown(compared)
+        (RESULTS / "store_append.md").write_text(text)
+        print(text)
+        return
     report = trio.run(main, args.quick)
     RESULTS.mkdir(exist_ok=True)
     suffix = "-quick" if args.quick else ""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from attrs import define, field
 
-from actorloop.runtime.errors import ErrorCode, SessionValidationError
+from actorloop.codecs.jsonvalue import check_text
+from actorloop.runtime.errors import ContentError, ErrorCode, SessionValidationError
 from actorloop.runtime.events import (
     AssistantChunk,
     AssistantMessage,
@@ -29,7 +30,7 @@ from actorloop.runtime.events import (
     TurnStart,
     UserMessage,
 )
-from actorloop.runtime.messages import Content, ToolCall, ToolResult
+from actorloop.runtime.messages import Content, Reasoning, Text, ToolCall, ToolResult
 
 SYNTHETIC_RESULT_CODES = frozenset({ErrorCode.TOOL_NOT_STARTED})
 """Results that may stand without a logged `tool/call` (written only by crash repair)."""
@@ -63,6 +64,23 @@ def check_content(event: SessionEvent) -> None:
                         ErrorCode.DUPLICATE_TOOL_CALL_ID,
                     )
                 seen.add(block.id)
+
+
+def check_user_content(content: Content) -> Content:
+    """`content` if a user or plugin may send it (send, steer, inject, contexts): Text and
+    Reasoning blocks only (ContentError otherwise), every string encodable (JsonValueError
+    naming the block otherwise). The same rules the append enforces, checked up front."""
+    for index, block in enumerate(content):
+        if isinstance(block, (ToolCall, ToolResult)):
+            raise ContentError(
+                f"content block {index} is a {type(block).__name__}; user and context content "
+                "may hold only Text and Reasoning blocks"
+            )
+        if isinstance(block, (Text, Reasoning)):
+            check_text(block.text, f"content[{index}].text")
+            if isinstance(block, Reasoning) and block.signature is not None:
+                check_text(block.signature, f"content[{index}].signature")
+    return content
 
 
 def _no_tool_blocks(event: SessionEvent, content: Content) -> None:

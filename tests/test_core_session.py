@@ -13,7 +13,7 @@ from strategies import HEADER, LogBuilder, build_log
 
 from actorloop.codecs.jsonvalue import JsonValueError, freeze_object
 from actorloop.runtime.chunks import TextDelta
-from actorloop.runtime.errors import ErrorCode, SessionValidationError
+from actorloop.runtime.errors import ContentError, ErrorCode, SessionValidationError
 from actorloop.runtime.events import (
     APPEND,
     AssistantChunk,
@@ -48,6 +48,7 @@ from actorloop.runtime.messages import (
     ToolResult,
 )
 from actorloop.runtime.session import Session
+from actorloop.runtime.structure import check_user_content
 
 T0 = 1_700_000_000_000
 
@@ -964,3 +965,12 @@ def test_a_stored_log_breaking_a_content_rule_is_refused_on_load() -> None:
     forged = SessionEvent("user/message", 1, T0, UserMessage((TOOL_BLOCKS[0],), USER), None, APPEND)
     with pytest.raises(SessionValidationError, match="content block 0 is a ToolCall"):
         Session.from_events("s", [*session.events, forged])
+
+
+def test_user_content_can_be_checked_before_it_is_sent() -> None:
+    ok = (Text("hi"), Reasoning("r", "sig"))
+    assert check_user_content(ok) is ok
+    with pytest.raises(ContentError, match="content block 1 is a ToolResult"):
+        check_user_content((Text("x"), TOOL_BLOCKS[1]))
+    with pytest.raises(JsonValueError, match=r"content\[0\]\.signature"):
+        check_user_content((Reasoning("r", "\ud800"),))

@@ -233,6 +233,10 @@ class SqliteStore:
                 return work(self._connect())
             except sqlite3.Error as exc:
                 raise StoreError(f"sqlite {self.path}: {exc}") from exc
+            except UnicodeDecodeError as exc:
+                # The sqlite3 module decodes SQLite's messages and TEXT values as UTF-8: a
+                # damaged file can hold neither (e.g. a mangled schema in the message).
+                raise StoreError(f"sqlite {self.path}: undecodable text ({exc})") from exc
 
     def _transaction(self, work: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
         def run(db: sqlite3.Connection) -> T:
