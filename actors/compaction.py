@@ -312,7 +312,8 @@ class CompactionActor:
             )
             self.failures += 1
             if isinstance(exc, Exception):
-                # Fail closed: only cancellation propagates; the turn goes on (§2.7).
+                # Fail closed: only cancellation propagates; the turn goes on
+                # (docs/spec/compaction.md §7.7).
                 log.warning("compaction of %s failed: %r", session.id, exc)
                 return False
             raise

@@ -1,5 +1,5 @@
 """`LoopActor`: one loop instance over one session — turns, steps, the session prefix seam,
-header recording, streaming, tools and cancellation, in the order of docs/spec/loop.md."""
+header recording, streaming, tools and cancellation, in the order of docs/spec/loop.md §3–§4."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class ToolSchema:
 
 @frozen
 class EpochHeader:
-    """The request-wide state a step's request is built from (session-log.md §3).
+    """The request-wide state a step's request is built from (docs/spec/session-log.md §6.2).
 
     Canonical form: empty `system`, `tools` or `message_prefix` is None (absent).
     """

@@ -415,8 +415,9 @@ def _structure_data(value: object, cls: type, seq: int, event_type: str) -> Any:
 
 
 def _detached(event: SessionEvent, seq: int, *, data_detached: bool = False) -> SessionEvent:
-    """A deep, strictly typed copy of `event` (§1: appends are deep-copied; §7: the data
-    must be losslessly JSON-representable, i.e. the codec can decode what it encodes)."""
+    """A deep, strictly typed copy of `event` (docs/spec/session-log.md §2.3: appends are
+    deep-copied; §9: the data must be losslessly JSON-representable, i.e. the codec can decode
+    what it encodes)."""
     data = event.data
     path = f"$[{seq}].data"
     if data_detached:
