@@ -37,6 +37,8 @@ class LlmCallConfig:
 
 @frozen
 class ToolSchema:
+    """A tool as the request header records it: name, description, argument schema."""
+
     name: str
     description: str = ""
     parameters: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
