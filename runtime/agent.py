@@ -10,6 +10,7 @@ from actorloop.runtime.messages import USER, Block, Content, Source, as_content
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.seams import TurnResult
 from actorloop.runtime.session import Session
+from actorloop.runtime.usage import UsageTotals, session_usage
 
 if TYPE_CHECKING:
     from actorloop.runtime.header import ToolSchema
@@ -35,6 +36,10 @@ class LoopHandle(Protocol):
     def steer(self, content: Content, source: Source) -> None: ...
 
     def inject(self, content: Content, source: Source, meta: Mapping[str, Any] | None) -> None: ...
+
+    async def deliver(
+        self, content: Content, source: Source, meta: Mapping[str, Any] | None
+    ) -> None: ...
 
     def cancel(self, reason: str | None, keep_inbox: bool) -> None: ...
 
@@ -133,6 +138,17 @@ class Agent:
         """
         self._loop.inject(as_content(content), as_source(source, USER), meta)
 
+    async def deliver(
+        self,
+        content: str | Content | list[Block],
+        source: SourceSpec = "plugin",
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`inject` for producers that must not lose their content: when it has to be
+        queued and the inbox is full, wait for room (backpressure) instead of raising
+        `InboxFull`. Returns once the context is logged or queued."""
+        await self._loop.deliver(as_content(content), as_source(source, USER), meta)
+
     def cancel(self, reason: str | None = None, keep_inbox: bool = False) -> None:
         """Cancel the running turn (it ends `aborted`, with `reason` if it is the first).
 
@@ -154,6 +170,11 @@ class Agent:
         """Wait until no turn runs and nothing is queued. Awaited from inside the agent's
         own turn (a tool or a listener) it cannot return: await it from outside."""
         await self._loop.wait_idle()
+
+    def usage(self) -> UsageTotals:
+        """The tokens this session's model and summarizer calls used, from its log (a fork
+        child's seed is its parent's usage and is not counted again)."""
+        return session_usage(self.session.meta, self.session.events)
 
     async def compact(self) -> TurnResult:
         """Compact now, recorded as a one-shot turn (`turn/start{trigger: compaction}` …
