@@ -1,6 +1,6 @@
-"""Turn/step structure rules (session-log.md §1) as an incremental state machine, and the
-content rules checked at the same point (no tool blocks in user or context content, no
-duplicate tool-call id in one assistant message).
+"""Turn/step structure rules (docs/spec/session-log.md §4) as an incremental state machine,
+and the content rules checked at the same point (no tool blocks in user or context content,
+no duplicate tool-call id in one assistant message).
 
 `check` raises without changing anything; `advance` commits an already-checked event.
 """
