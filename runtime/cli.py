@@ -16,12 +16,14 @@ import click
 import orjson
 import trio
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from actorloop.codecs.converter import event_to_dict
 from actorloop.codecs.rows import meta_to_dict
 from actorloop.runtime.errors import ActorloopError, SessionNotFound, sole_error
+from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.orchestration import RunReport, make_sim, run_workload
 from actorloop.runtime.providers.base import Provider
@@ -271,13 +273,21 @@ def list_sessions(store_url: str, as_json: bool) -> None:
             await store.close()
         if as_json:
             for meta in metas:
-                sys.stdout.buffer.write(orjson.dumps(meta_to_dict(meta)) + b"\n")
+                record = (
+                    {"id": meta.id, "damaged": meta.problem}
+                    if isinstance(meta, DamagedSession)
+                    else meta_to_dict(meta)
+                )
+                sys.stdout.buffer.write(orjson.dumps(record) + b"\n")
             sys.stdout.flush()
             return
         table = Table("id", "parent", "seed", "created")
         table.columns[0].overflow = "fold"
         table.columns[1].overflow = "fold"
         for meta in metas:
+            if isinstance(meta, DamagedSession):
+                table.add_row(meta.id, escape(f"DAMAGED: {meta.problem}"), "", "")
+                continue
             table.add_row(
                 meta.id,
                 meta.parent_session or "",
