@@ -9,6 +9,7 @@ is caught too), and a session row the acknowledged head of its log.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -111,8 +112,15 @@ def meta_crc(session_id: str, raw: bytes) -> int:
     return zlib.crc32(raw, zlib.crc32(session_id.encode() + b"\x00"))
 
 
-def event_crc(session_id: str, seq: int, body: bytes) -> int:
-    return zlib.crc32(body, zlib.crc32(b"%s\x00%d\x00" % (session_id.encode(), seq)))
+def _key_crc(session_id: str) -> int:
+    return zlib.crc32(session_id.encode() + b"\x00")
+
+
+def event_crc(session_id: str, seq: int, body: bytes, key_crc: int | None = None) -> int:
+    """CRC-32 of `session_id NUL seq NUL body` (`key_crc` is `_key_crc(session_id)`, when
+    the caller has it for a whole batch)."""
+    start = _key_crc(session_id) if key_crc is None else key_crc
+    return zlib.crc32(body, zlib.crc32(b"%d\x00" % seq, start))
 
 
 def session_row(meta: SessionMeta) -> SessionRow:
@@ -168,10 +176,15 @@ def meta_from_row(row: tuple[Any, ...], where: str) -> SessionMeta:
     return meta
 
 
-def event_row(session_id: str, event: SessionEvent) -> EventRow:
-    body = encode_event(event)
-    crc = event_crc(session_id, event.seq, body)
-    return (session_id, event.seq, event.type, event.time, body, crc)
+def event_rows(session_id: str, events: Iterable[SessionEvent]) -> list[EventRow]:
+    """The rows of one session's events, each with its checksum."""
+    key_crc = _key_crc(session_id)
+    rows = []
+    for event in events:
+        body = encode_event(event)
+        crc = event_crc(session_id, event.seq, body, key_crc)
+        rows.append((session_id, event.seq, event.type, event.time, body, crc))
+    return rows
 
 
 def event_from_row(row: tuple[Any, ...], where: str) -> SessionEvent:

@@ -28,7 +28,7 @@ from actorloop.codecs.rows import (
     EventRow,
     event_crc,
     event_from_row,
-    event_row,
+    event_rows,
     head_of,
     meta_crc,
     meta_from_row,
@@ -76,6 +76,11 @@ from actorloop.runtime.stores.leases import (
 )
 
 T = TypeVar("T")
+
+
+class _RowRefused(Exception):
+    """A group commit's statement failed for some session's rows: roll back, isolate."""
+
 
 SCHEMA_VERSION = 2
 """`PRAGMA user_version` of a database this build writes; 1 is migrated, newer refused."""
@@ -416,23 +421,46 @@ class SqliteStore:
                 if not events:
                     continue
                 try:
-                    rows[session_id] = [event_row(session_id, event) for event in events]
+                    rows[session_id] = event_rows(session_id, events)
                 except Exception as exc:
                     failures[session_id] = exc
             with write_rights(self._leases, rows) as refused:
                 failures.update(refused)
                 writable = {sid: r for sid, r in rows.items() if sid not in refused}
                 if writable:
-                    self._transaction(lambda db: self._write(db, writable, failures), write=True)
+                    checked: Failures = {}
+                    try:
+                        self._transaction(
+                            lambda db: self._write(db, writable, checked, isolate=False),
+                            write=True,
+                        )
+                    except _RowRefused:
+                        # A statement SQLite refused for one session's rows (e.g. a value
+                        # over its length limit) rolled the commit back: redo it session by
+                        # session, so only that session is refused. Savepoints cost too
+                        # much to pay on every commit.
+                        checked = {}
+                        self._transaction(
+                            lambda db: self._write(db, writable, checked, isolate=True),
+                            write=True,
+                        )
+                    failures.update(checked)
 
         if any(merged.values()):
             await trio.to_thread.run_sync(run)
         raise_failures(failures)
 
     def _write(
-        self, db: sqlite3.Connection, rows: dict[str, list[EventRow]], failures: Failures
+        self,
+        db: sqlite3.Connection,
+        rows: dict[str, list[EventRow]],
+        failures: Failures,
+        *,
+        isolate: bool,
     ) -> None:
-        """Insert each session's rows and move its head, isolating the sessions that fail."""
+        """Insert each session's rows and move its head. Sessions failing a check are put in
+        `failures`; with `isolate`, each session's statements run in a savepoint so one that
+        SQLite refuses is rolled back alone (without, such a refusal raises _RowRefused)."""
         heads = self._heads(db, tuple(rows))
         ready: dict[str, list[EventRow]] = {}
         for session_id, session_rows in rows.items():
@@ -451,8 +479,6 @@ class SqliteStore:
                 failures[session_id] = exc
                 continue
             ready[session_id] = session_rows
-        if not ready:
-            return
 
         def insert(chunk: dict[str, list[EventRow]]) -> None:
             db.executemany(_INSERT_EVENTS, [row for part in chunk.values() for row in part])
@@ -460,27 +486,25 @@ class SqliteStore:
                 _SET_HEAD, [(part[-1][1] + 1, session_id) for session_id, part in chunk.items()]
             )
 
-        db.execute("SAVEPOINT group_commit")
-        try:
-            insert(ready)
-        except sqlite3.Error:
-            if not db.in_transaction:
-                raise  # SQLite rolled the whole transaction back: a store-wide failure
-            # One session's rows broke a statement (e.g. a value over SQLite's length
-            # limit): redo the commit session by session, so only that one is refused.
-            db.execute("ROLLBACK TO group_commit")
-            for session_id, part in ready.items():
-                db.execute("SAVEPOINT one_session")
-                try:
-                    insert({session_id: part})
-                except sqlite3.Error as exc:
-                    if not db.in_transaction:
-                        raise
-                    db.execute("ROLLBACK TO one_session")
-                    failures[session_id] = StoreError(f"sqlite {self.path}: {exc}")
-                    failures[session_id].__cause__ = exc
-                db.execute("RELEASE one_session")
-        db.execute("RELEASE group_commit")
+        if not isolate:
+            try:
+                insert(ready)
+            except sqlite3.Error as exc:
+                if not db.in_transaction:
+                    raise  # SQLite rolled the whole transaction back: a store-wide failure
+                raise _RowRefused from exc
+            return
+        for session_id, part in ready.items():
+            db.execute("SAVEPOINT one_session")
+            try:
+                insert({session_id: part})
+            except sqlite3.Error as exc:
+                if not db.in_transaction:
+                    raise
+                db.execute("ROLLBACK TO one_session")
+                failures[session_id] = StoreError(f"sqlite {self.path}: {exc}")
+                failures[session_id].__cause__ = exc
+            db.execute("RELEASE one_session")
 
     async def flush(self, session_id: str | None = None) -> None:
         # Every append commits before it returns; durability is the `synchronous` mode's.
@@ -511,7 +535,7 @@ class SqliteStore:
             if fixes:
                 if not may_write:
                     raise refuse_live_repair(session_id, "its last turn has no turn/end")
-                db.executemany(_INSERT_EVENTS, [event_row(session_id, event) for event in fixes])
+                db.executemany(_INSERT_EVENTS, event_rows(session_id, fixes))
                 db.execute(_SET_HEAD, (fixes[-1].seq + 1, session_id))
             return meta, (*events, *fixes)
 
