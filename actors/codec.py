@@ -146,16 +146,20 @@ class CodecActor:
                     exc_info=exc,
                 )
                 self._failure = exc
+        # Every barrier of a failed session in this round fails (not only the first): all
+        # of them were answered after the events that were not written.
+        failed = dict(self._session_failures)
         for barrier_of, reply in barriers:
             if self._failure is not None:
                 reply.fail(self._error())
             elif barrier_of is None:
-                if self._session_failures:
-                    reply.fail(self._unwritten_error())
+                if failed:
+                    reply.fail(self._unwritten_error(failed))
                 else:
                     reply.send(None)
-            elif barrier_of in self._session_failures:
-                reply.fail(self._session_error(barrier_of, self._session_failures.pop(barrier_of)))
+            elif barrier_of in failed:
+                self._session_failures.pop(barrier_of, None)  # reported
+                reply.fail(self._session_error(barrier_of, failed[barrier_of]))
             else:
                 reply.send(None)
 
@@ -188,8 +192,8 @@ class CodecActor:
         error.__cause__ = cause
         return error
 
-    def _unwritten_error(self) -> StoreError:
-        shown = ", ".join(repr(session_id) for session_id in sorted(self._session_failures))
+    def _unwritten_error(self, failures: dict[str, Exception]) -> StoreError:
+        shown = ", ".join(repr(session_id) for session_id in sorted(failures))
         return StoreError(f"store {self.store.url}: sessions {shown} were not written")
 
     # the API --------------------------------------------------------------------------
@@ -246,4 +250,4 @@ class CodecActor:
             raise self._error()
         if self._session_failures:
             # Failures no barrier of their session has reported: say so now, not never.
-            raise self._unwritten_error()
+            raise self._unwritten_error(self._session_failures)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import trio
+import trio.testing
 from helpers import open_runtime
 from session_logs import begin_turn, closed_log, tool_turn
 
@@ -241,3 +242,29 @@ async def test_only_the_agent_whose_session_cannot_be_written_fails(
         assert again.session.events == rival.events
         assert (await again.send("after")).reason == "completed"
     # Leaving the runtime raised nothing: the failure was reported to the victim alone.
+
+
+async def test_every_barrier_of_the_failed_session_in_that_round_fails(durable: Store) -> None:
+    logs = await created(durable)
+    await durable.append("b", logs["b"].events[:5])
+    actor = CodecActor(durable)
+    outcomes: list[tuple[str, str]] = []
+
+    async def barrier(session_id: str, events: Sequence[SessionEvent]) -> None:
+        try:
+            await actor.persist(session_id, events)
+            outcomes.append((session_id, "ok"))
+        except SessionWriteError:
+            outcomes.append((session_id, "failed"))
+
+    async with trio.open_nursery() as services:
+        async with trio.open_nursery() as loops:
+            # All queued before the actor runs: one round, "b" twice.
+            loops.start_soon(barrier, "a", logs["a"].events)
+            loops.start_soon(barrier, "b", logs["b"].events[:13])
+            loops.start_soon(barrier, "b", logs["b"].events[13:])
+            await trio.testing.wait_all_tasks_blocked()
+            await services.start(actor.run)
+        await actor.aclose()
+    assert sorted(outcomes) == [("a", "ok"), ("b", "failed"), ("b", "failed")]
+    assert (await durable.load("b", repair=False))[1] == logs["b"].events[:5]
