@@ -431,3 +431,21 @@ async def test_leases_share_one_descriptor_of_the_database(tmp_path: Path) -> No
     finally:
         await other.close()
         await store.close()
+
+
+async def test_a_version_1_database_with_a_text_row_migrates_and_reports_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v1-text.db"
+    build_v1(path, [closed_log("a", 1), closed_log("b", 1)])
+    with raw(path) as db:
+        db.execute("UPDATE events SET body = CAST(body AS TEXT) WHERE session_id = 'a' AND seq = 4")
+    store = SqliteStore(path)
+    try:
+        with pytest.raises(SessionCorruptError, match="seq 4: event body is stored as TEXT"):
+            await store.load("a")
+        assert len((await store.load("b"))[1]) == 13
+        problems = await store.check_integrity()
+        assert len(problems) == 1 and "'a' seq 4" in problems[0]
+    finally:
+        await store.close()

@@ -119,10 +119,14 @@ def _migrate_from_1(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN head INTEGER")
     db.execute("ALTER TABLE sessions ADD COLUMN crc INTEGER")
     db.execute("ALTER TABLE events ADD COLUMN crc INTEGER")
+    # A row whose stored types are already wrong gets no checksum: a load reports it.
     rows = db.execute("SELECT session_id, seq, body FROM events").fetchall()
     db.executemany(
         "UPDATE events SET crc = ? WHERE session_id = ? AND seq = ?",
-        [(event_crc(sid, seq, bytes(body)), sid, seq) for sid, seq, body in rows],
+        [
+            (event_crc(sid, seq, body) if _typed(sid, seq, body) else None, sid, seq)
+            for sid, seq, body in rows
+        ],
     )
     sessions = db.execute(
         "SELECT id, meta, seed_length, (SELECT MAX(seq) FROM events WHERE session_id = id) "
@@ -131,10 +135,18 @@ def _migrate_from_1(db: sqlite3.Connection) -> None:
     db.executemany(
         "UPDATE sessions SET head = ?, crc = ? WHERE id = ?",
         [
-            ((seed or 0) if last is None else last + 1, meta_crc(sid, bytes(raw)), sid)
+            (
+                (seed or 0) if last is None else last + 1,
+                meta_crc(sid, raw) if _typed(sid, 0, raw) else None,
+                sid,
+            )
             for sid, raw, seed, last in sessions
         ],
     )
+
+
+def _typed(session_id: object, seq: object, raw: object) -> bool:
+    return isinstance(session_id, str) and type(seq) is int and isinstance(raw, bytes)
 
 
 class SqliteStore:
