@@ -20,6 +20,7 @@ from session_logs import begin_turn, closed_log, tool_turn
 from actorloop.actors.codec import CodecActor
 from actorloop.runtime import AgentOptions, EchoProvider
 from actorloop.runtime.errors import (
+    ActorloopError,
     GroupCommitError,
     SessionCorruptError,
     SessionValidationError,
@@ -31,6 +32,7 @@ from actorloop.runtime.messages import Text
 from actorloop.runtime.session import Session
 from actorloop.runtime.stores import SqliteStore, Store, open_store
 from actorloop.runtime.stores.base import Batch
+from actorloop.runtime.verify import verify_log
 
 IDS = ("a", "b", "c")
 
@@ -268,3 +270,27 @@ async def test_every_barrier_of_the_failed_session_in_that_round_fails(durable: 
         await actor.aclose()
     assert sorted(outcomes) == [("a", "ok"), ("b", "failed"), ("b", "failed")]
     assert (await durable.load("b", repair=False))[1] == logs["b"].events[:5]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl"])
+async def test_a_lone_surrogate_fails_only_its_own_turn_in_every_store(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The case that took every agent down: a "\\ud800" sent by one agent used to pass the
+    append and break the group commit (and the runtime's exit) for all of them."""
+    url = url_for(kind, tmp_path)
+    with caplog.at_level(logging.CRITICAL, logger="actorloop"):
+        async with open_runtime(EchoProvider(), store=url) as rt:
+            bad = await rt.spawn(OPTIONS, session_id="bad")
+            good = await rt.spawn(OPTIONS, session_id="good")
+            try:
+                outcome = (await bad.send("hello \ud800")).reason
+            except ActorloopError:
+                outcome = "refused"  # a caller-side check is as good as a failed turn
+            assert outcome in ("error", "refused")
+            assert (await good.send("fine")).reason == "completed"
+            assert (await bad.send("fine now")).reason == "completed"
+            stored = {sid: await rt.store.load(sid, repair=False) for sid in ("bad", "good")}
+    for meta, events in stored.values():
+        verify_log(meta, events)
+        assert all("\ud800" not in repr(event) for event in events)
