@@ -193,10 +193,13 @@ class FileIdentity:
             if others:
                 raise _alias_error(name, f"this process has it open as {others[0]}")
             if not self.paths[name]:
-                _range_lock(self.fd, fcntl.F_RDLCK, slot)
+                # Read locks never conflict with each other: every process open through
+                # this path holds one; a probe for any lock on another path's slot finds
+                # the processes open through other paths.
+                held = _range_lock(self.fd, fcntl.F_RDLCK, slot)
                 below = _range_free(self.fd, _PATH_BASE, slot - _PATH_BASE)
                 above = _range_free(self.fd, slot + 1, _PATH_BASE + _SLOTS - slot - 1)
-                if not (below and above):
+                if not (held and below and above):
                     _range_lock(self.fd, fcntl.F_UNLCK, slot)
                     raise _alias_error(name, "another process has it open through another path")
             self.paths[name] += 1
