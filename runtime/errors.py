@@ -18,6 +18,7 @@ keep working)::
     ├── ContentError                   [TypeError] content is not a str or a tuple of blocks
     ├── JsonValueError                 [ValueError] a value has no lossless JSON form
     ├── ToolOrderError                 [ValueError] `tool_order` names an unknown tool
+    ├── InvalidToolSchema              [ValueError] a tool's parameters are not a JSON Schema
     ├── AgentError                     a call on an agent handle was refused or failed
     │   ├── AgentClosed                the agent was disposed or failed
     │   ├── InboxFull                  a synchronous enqueue met a full inbox
@@ -68,6 +69,7 @@ class ErrorCode(StrEnum):
     TOOL_ABORTED_BEFORE_DISPATCH = "TOOL_ABORTED_BEFORE_DISPATCH"
     TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
     TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+    INVALID_TOOL_OUTPUT = "INVALID_TOOL_OUTPUT"
 
     # model calls (ProviderError.code, finish errors, turn/end error.code)
     RATE_LIMITED = "RATE_LIMITED"
@@ -83,6 +85,7 @@ class ErrorCode(StrEnum):
     STREAM_INCOMPLETE = "STREAM_INCOMPLETE"
     CONTENT_FILTERED = "CONTENT_FILTERED"
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
 
     # compaction (compaction/end error.code, CompactionFailed.code)
@@ -197,6 +200,10 @@ class ToolOrderError(ActorloopError, ValueError):
 
 
 # ---------------------------------------------------------------------- agents and runtime
+
+
+class InvalidToolSchema(ActorloopError, ValueError):
+    """A `Tool`'s `parameters` is not a valid JSON Schema (refused when the Tool is made)."""
 
 
 class AgentError(ActorloopError):

@@ -209,15 +209,24 @@ class Runtime:
             raise
         return await self._start(Session(meta), options, provider, lease, "startup")
 
-    async def resume(self, session_id: str, options: AgentOptions) -> Agent:
-        """A new loop instance on a stored session (repaired on load)."""
+    async def resume(self, session_id: str, options: AgentOptions | None = None) -> Agent:
+        """A new loop instance on a stored session (repaired on load).
+
+        Without `options`, the model, provider, system prompt and call settings are
+        restored from the session's last request header (`AgentOptions.restored`); tools
+        are code and are not stored, so a resumed agent has none until given some
+        (`agent.reconfigure(tools=...)`).
+        """
         self._refuse_closing()
-        provider = self.provider_for(options)
+        if options is not None:
+            self.provider_for(options)
         self._refuse_live(session_id)
         lease = self._claim(session_id)
         try:
             meta, events = await self.store.load(session_id, lease=lease)
             session = Session.from_loaded(session_id, events, meta)
+            options = options or _stored_options(session)
+            provider = self.provider_for(options)
         except BaseException:
             lease.release()
             raise
@@ -278,9 +287,8 @@ class Runtime:
     ) -> Agent:
         """Fork a session no agent here owns (it may be live in another process)."""
         point = await fork_point(self.store, session_id, boundary, child_id)
-        if options is None:
-            raise ValueError("options are required to fork a session that is not live")
-        provider = self.provider_for(options)
+        if options is not None:
+            self.provider_for(options)
         await self._refuse_existing(point.child_id)
         lease = self._claim(point.child_id)
         try:
@@ -289,6 +297,8 @@ class Runtime:
             if child is None:
                 meta, events = await self.store.load(point.child_id, lease=lease)
                 child = Session.from_loaded(point.child_id, events, meta)
+            options = options or _stored_options(child)
+            provider = self.provider_for(options)
         except BaseException:
             lease.release()
             raise
@@ -375,6 +385,16 @@ class Runtime:
             async with trio.open_nursery() as nursery:
                 for loop in list(self._loops.values()):
                     nursery.start_soon(loop.dispose)
+
+
+def _stored_options(session: Session) -> AgentOptions:
+    header = session.header()
+    if header is None:
+        raise ValueError(
+            f"session {session.id!r} has no stored request header to restore options from; "
+            "pass options"
+        )
+    return AgentOptions.restored(header, labels=session.meta.labels)
 
 
 def _out_of_fds(exc: BaseException) -> bool:
