@@ -18,6 +18,7 @@ keep working)::
     ├── ContentError                   [TypeError] content is not a str or a tuple of blocks
     ├── JsonValueError                 [ValueError] a value has no lossless JSON form
     ├── ToolOrderError                 [ValueError] `tool_order` names an unknown tool
+    ├── CallConfigError                [ValueError] a model call option is malformed or conflicts
     ├── AgentError                     a call on an agent handle was refused
     │   ├── AgentClosed                the agent was disposed or failed
     │   └── InboxFull                  a synchronous enqueue met a full inbox
@@ -80,6 +81,7 @@ class ErrorCode(StrEnum):
     STREAM_INTERRUPTED = "STREAM_INTERRUPTED"
     STREAM_INCOMPLETE = "STREAM_INCOMPLETE"
     CONTENT_FILTERED = "CONTENT_FILTERED"
+    REFUSED = "REFUSED"
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
 
@@ -192,6 +194,10 @@ class JsonValueError(ActorloopError, ValueError):
 
 class ToolOrderError(ActorloopError, ValueError):
     """`tool_order` names a tool the agent does not have."""
+
+
+class CallConfigError(ActorloopError, ValueError):
+    """A model call option (`LlmCallConfig`) is malformed, or two options conflict."""
 
 
 # ---------------------------------------------------------------------- agents and runtime

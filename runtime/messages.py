@@ -18,8 +18,16 @@ class Text:
 
 @frozen
 class Reasoning:
+    """Model reasoning. The optional fields are provider-opaque data that must be replayed
+    unchanged: `signature` (Anthropic thinking), `redacted` (the data of an Anthropic
+    `redacted_thinking` block), `encrypted_content` and `item_id` (an OpenAI Responses
+    reasoning item)."""
+
     text: str
     signature: str | None = None
+    redacted: str | None = None
+    encrypted_content: str | None = None
+    item_id: str | None = None
 
 
 @frozen

@@ -9,7 +9,14 @@ import trio
 from attrs import field, frozen
 
 from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_object
-from actorloop.runtime.header import LlmCallConfig, ToolSchema
+from actorloop.runtime.header import (
+    CacheBreakpoint,
+    CacheTtl,
+    LlmCallConfig,
+    ResponseFormat,
+    ToolChoice,
+    ToolSchema,
+)
 from actorloop.runtime.messages import Content
 
 if TYPE_CHECKING:
@@ -89,6 +96,23 @@ class AgentOptions:
     compaction: CompactionConfig = CompactionConfig()
     labels: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
     inbox_capacity: int = 64
+    # Request options, passed to LlmCallConfig unchanged (docs/providers.md).
+    tool_choice: ToolChoice | str | None = None
+    parallel_tool_calls: bool | None = None
+    strict_tools: bool | None = None
+    response_format: ResponseFormat | None = None
+    reasoning_effort: str | None = None
+    thinking_budget: int | None = None
+    cache_ttl: CacheTtl | None = None
+    cache_breakpoints: tuple[CacheBreakpoint, ...] | None = field(default=None, converter=_names)
+    user: str | None = None
+    metadata: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+    extra_body: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+    extra_headers: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+
+    def __attrs_post_init__(self) -> None:
+        # A malformed request option fails here, not at the first step.
+        self.call_config()
 
     def call_config(self) -> LlmCallConfig:
         return LlmCallConfig(
@@ -97,6 +121,18 @@ class AgentOptions:
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             stop=self.stop,
+            tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls,
+            strict_tools=self.strict_tools,
+            response_format=self.response_format,
+            reasoning_effort=self.reasoning_effort,
+            thinking_budget=self.thinking_budget,
+            cache_ttl=self.cache_ttl,
+            cache_breakpoints=self.cache_breakpoints,
+            user=self.user,
+            metadata=self.metadata,
+            extra_body=self.extra_body,
+            extra_headers=self.extra_headers,
         )
 
     def tool_map(self) -> Mapping[str, Tool]:
