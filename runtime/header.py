@@ -109,7 +109,7 @@ class ResponseFormat:
         description: str | None = None,
     ) -> ResponseFormat:
         """An answer matching the JSON schema `schema`."""
-        return cls("json_schema", name, schema, strict, description)  # type: ignore[arg-type]
+        return cls("json_schema", name, schema, strict, description)
 
 
 def _optional_bool(name: str) -> Any:
@@ -148,7 +148,8 @@ def _extra_headers(value: object) -> FrozenDict:
     return headers
 
 
-def _breakpoints(value: object) -> tuple[CacheBreakpoint, ...] | None:
+def as_cache_breakpoints(value: object) -> tuple[CacheBreakpoint, ...] | None:
+    """`cache_breakpoints` as a checked tuple (a bare string is refused, not split)."""
     if value is None:
         return None
     if isinstance(value, str) or not isinstance(value, Iterable):
@@ -204,7 +205,7 @@ class LlmCallConfig:
     thinking_budget: int | None = field(default=None, validator=_thinking_budget, kw_only=True)
     cache_ttl: CacheTtl | None = field(default=None, validator=_cache_ttl, kw_only=True)
     cache_breakpoints: tuple[CacheBreakpoint, ...] | None = field(
-        default=None, converter=_breakpoints, kw_only=True
+        default=None, converter=as_cache_breakpoints, kw_only=True
     )
     user: str | None = field(default=None, validator=_optional_text, kw_only=True)
     metadata: FrozenDict = field(default=EMPTY_OBJECT, converter=_string_map, kw_only=True)

@@ -16,6 +16,7 @@ from actorloop.runtime.header import (
     ResponseFormat,
     ToolChoice,
     ToolSchema,
+    as_cache_breakpoints,
 )
 from actorloop.runtime.messages import Content
 
@@ -104,7 +105,9 @@ class AgentOptions:
     reasoning_effort: str | None = None
     thinking_budget: int | None = None
     cache_ttl: CacheTtl | None = None
-    cache_breakpoints: tuple[CacheBreakpoint, ...] | None = field(default=None, converter=_names)
+    cache_breakpoints: tuple[CacheBreakpoint, ...] | None = field(
+        default=None, converter=as_cache_breakpoints
+    )
     user: str | None = None
     metadata: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
     extra_body: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
