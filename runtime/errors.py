@@ -52,7 +52,7 @@ from enum import StrEnum
 class ErrorCode(StrEnum):
     """Stable error codes. Members compare equal to their plain string value."""
 
-    # fork refusals (SessionForkError.code) — docs/spec/fork-resume.md
+    # fork refusals (SessionForkError.code) — docs/spec/fork-resume.md §5
     INVALID_BOUNDARY = "INVALID_BOUNDARY"
     OPEN_TURN = "OPEN_TURN"
     SESSION_NOT_FOUND = "SESSION_NOT_FOUND"

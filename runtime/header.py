@@ -210,9 +210,7 @@ class LlmCallConfig:
     user: str | None = field(default=None, validator=_optional_text, kw_only=True)
     metadata: FrozenDict = field(default=EMPTY_OBJECT, converter=_string_map, kw_only=True)
     extra_body: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object, kw_only=True)
-    extra_headers: FrozenDict = field(
-        default=EMPTY_OBJECT, converter=_extra_headers, kw_only=True
-    )
+    extra_headers: FrozenDict = field(default=EMPTY_OBJECT, converter=_extra_headers, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         given = self.response_format
@@ -236,8 +234,9 @@ class LlmCallConfig:
 
 @frozen
 class ToolSchema:
-    """A tool as the model sees it; `parameters` keeps the key order it was written in, in
-    the log and on the wire (docs/decisions/0007-tool-schema-key-order.md)."""
+    """A tool as the request header records it: name, description, argument schema;
+    `parameters` keeps the key order it was written in, in the log and on the wire
+    (docs/decisions/0007-tool-schema-key-order.md)."""
 
     name: str
     description: str = ""
@@ -246,7 +245,7 @@ class ToolSchema:
 
 @frozen
 class EpochHeader:
-    """The request-wide state a step's request is built from (session-log.md §3).
+    """The request-wide state a step's request is built from (docs/spec/session-log.md §6.2).
 
     Canonical form: empty `system`, `tools` or `message_prefix` is None (absent).
     """

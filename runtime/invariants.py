@@ -1,5 +1,6 @@
-"""The reconstructability invariant (session-log.md §5): a loop-built request must equal what
-a fresh replay of the log rebuilds. Used as the outermost wrapper around provider calls."""
+"""The reconstructability invariant (docs/spec/session-log.md §8.3): a loop-built request must
+equal what a fresh replay of the log rebuilds. Used as the outermost wrapper around provider
+calls."""
 
 from __future__ import annotations
 

@@ -13,15 +13,17 @@ Role: TypeAlias = Literal["system", "user", "assistant"]
 
 @frozen
 class Text:
+    """A text block."""
+
     text: str
 
 
 @frozen
 class Reasoning:
-    """Model reasoning. The optional fields are provider-opaque data that must be replayed
-    unchanged: `signature` (Anthropic thinking), `redacted` (the data of an Anthropic
-    `redacted_thinking` block), `encrypted_content` and `item_id` (an OpenAI Responses
-    reasoning item)."""
+    """A reasoning block. The optional fields are provider-opaque data that must be sent back
+    unchanged: `signature` (the provider's proof, Anthropic thinking), `redacted` (the data
+    of an Anthropic `redacted_thinking` block), `encrypted_content` and `item_id` (an OpenAI
+    Responses reasoning item)."""
 
     text: str
     signature: str | None = None
@@ -41,6 +43,8 @@ class ToolCall:
 
 @frozen
 class ToolResult:
+    """The answer to a tool call, as the model sees it in the next request."""
+
     tool_call_id: str
     content: tuple[Text, ...]
     is_error: bool = False
@@ -53,19 +57,24 @@ BLOCK_TYPES = (Text, Reasoning, ToolCall, ToolResult)
 
 @frozen
 class Message:
+    """One conversation message: a role and a tuple of content blocks."""
+
     role: Role
     content: Content
 
     @classmethod
     def user(cls, text: str) -> Message:
+        """A user message with one text block."""
         return cls("user", (Text(text),))
 
     @classmethod
     def assistant(cls, text: str) -> Message:
+        """An assistant message with one text block."""
         return cls("assistant", (Text(text),))
 
     @classmethod
     def system(cls, text: str) -> Message:
+        """A system-role message with one text block."""
         return cls("system", (Text(text),))
 
     @property
@@ -83,6 +92,7 @@ class Source:
 
     @classmethod
     def of_plugin(cls, name: str) -> Source:
+        """The source of messages a named plugin contributes."""
         return cls("plugin", name)
 
 

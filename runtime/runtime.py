@@ -89,6 +89,16 @@ class Runtime:
         compactor: Compactor | None = None,
         compaction: bool = True,
     ) -> AsyncIterator[Runtime]:
+        """Open a runtime: `async with Runtime.open(...) as rt`.
+
+        `store` is a URL (`memory:`, `sqlite:PATH`, `jsonl:DIR`) or a `Store`; `provider`
+        becomes the default, `providers` adds named ones (an agent picks one with
+        `AgentOptions.provider`). `dev_invariants` checks every loop-built request against
+        a replay of the log before it is sent. `compactor`/`compaction` choose the
+        compaction gate (on by default). Leaving the block disposes every agent (running
+        turns end `disposed`), flushes and closes the store; errors come out as plain
+        typed exceptions.
+        """
         all_providers: dict[str, Provider] = dict(providers or {})
         default_name: str | None = None
         if provider is not None:
@@ -150,24 +160,29 @@ class Runtime:
     # ------------------------------------------------------------------ registry
 
     def get(self, agent_id: str) -> Agent | None:
+        """The live agent of session `agent_id` in this runtime, or None."""
         loop = self._loops.get(agent_id)
         return loop.agent if loop is not None else None
 
     @property
     def agents(self) -> tuple[Agent, ...]:
+        """Every live agent of this runtime."""
         return tuple(loop.agent for loop in self._loops.values())
 
     async def list_sessions(self) -> tuple[SessionMeta, ...]:
+        """The meta of every session in the store, live or not."""
         return await self.store.list()
 
     @property
     def invariant_checks(self) -> int:
+        """How many requests the dev invariant has checked and passed."""
         return sum(checked.checks_passed for checked in self._checked.values())
 
     def _events_of(self, session_id: str) -> Sequence[SessionEvent]:
         return self._loops[session_id].session.events
 
     def provider_for(self, options: AgentOptions) -> Provider:
+        """The provider `options` names (or the default); ProviderNotConfigured if none."""
         name = options.provider or self._default_provider
         if name is None or name not in self.providers:
             known = ", ".join(sorted(self.providers)) or "none"

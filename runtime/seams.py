@@ -37,17 +37,25 @@ class PromptSubmit:
 
 @frozen
 class Allow:
+    """`prompt/submit` decision: log the prompt (rewritten to `content` if given), then each
+    of `additional_context` as a `context/message` after it."""
+
     content: Content | None = None
     additional_context: AdditionalContext = ()
 
 
 @frozen
 class Block:
+    """`prompt/submit` decision: refuse the prompt; the turn ends `rejected{reason}`."""
+
     reason: str
 
 
 @frozen
 class PreStep:
+    """`agent/pre-step` value: the step about to run, with the live system prompt and the
+    frozen session prefix its request will carry."""
+
     turn: int
     step: int
     full_system_prompt: str
@@ -67,6 +75,9 @@ class ToolCallInfo:
 
 @frozen
 class Deny:
+    """`tools/pre-execute` decision: do not run the call; its result is an error
+    `TOOL_DENIED` with `reason`."""
+
     reason: str
 
 

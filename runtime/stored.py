@@ -1,5 +1,5 @@
 """Stored sessions outside any loop instance: load one (repaired) into a `Session`, and
-settle where a fork of a stored session starts (docs/spec/fork-resume.md)."""
+settle where a fork of a stored session starts (docs/spec/fork-resume.md §4)."""
 
 from __future__ import annotations
 
