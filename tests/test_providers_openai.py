@@ -684,3 +684,18 @@ async def test_gateway_retry_hints_are_honoured(
     chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
     assert chunks == HELLO_CHUNKS
     assert waits.calls == [wait]
+
+
+def test_deepseek_passes_back_only_reasoning_with_text() -> None:
+    history = (
+        Message.user("q"),
+        Message("assistant", (Reasoning("", redacted="opaque"), Reasoning("kept"), Text("a"))),
+    )
+    body = DeepSeekProvider(api_key=KEY).build_body(make_request(*history))
+    assert body["messages"][4] == {"role": "assistant", "content": "a", "reasoning_content": "kept"}
+    only_opaque = (
+        Message.user("q"),
+        Message("assistant", (Reasoning("", redacted="x"), Text("a"))),
+    )
+    body = DeepSeekProvider(api_key=KEY).build_body(make_request(*only_opaque))
+    assert "reasoning_content" not in body["messages"][4]

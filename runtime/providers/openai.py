@@ -93,7 +93,10 @@ def _wire_messages(message: Message, reasoning_passback: bool) -> list[dict[str,
                 }
                 for call in calls
             ]
-        thoughts = [block.text for block in message.content if isinstance(block, Reasoning)]
+        # Opaque reasoning of other providers (redacted, encrypted) has no text to pass back.
+        thoughts = [
+            block.text for block in message.content if isinstance(block, Reasoning) and block.text
+        ]
         if reasoning_passback and thoughts:
             wire["reasoning_content"] = "".join(thoughts)
         return [wire]
