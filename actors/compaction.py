@@ -26,7 +26,7 @@ from actorloop.runtime.events import (
 from actorloop.runtime.header import LlmCallConfig, ToolSchema
 from actorloop.runtime.kernel import ActorRef, Mailbox
 from actorloop.runtime.messages import Message, Source, Text, ToolCall, ToolResult
-from actorloop.runtime.providers.base import Provider
+from actorloop.runtime.providers.base import Provider, opened_stream
 from actorloop.runtime.request import Request
 from actorloop.runtime.surface import project
 from actorloop.runtime.tokens import estimate_message
@@ -381,8 +381,9 @@ class CompactionActor:
 
 async def _summarize(job: SummaryJob) -> SummaryOutcome:
     assembler = ChunkAssembler()
-    async for chunk in job.provider.stream(job.request):
-        assembler.feed(chunk)
+    async with opened_stream(job.provider, job.request) as stream:
+        async for chunk in stream:
+            assembler.feed(chunk)
     finish = assembler.finish
     if finish is None:
         raise CompactionFailed(

@@ -56,7 +56,7 @@ from actorloop.runtime.messages import (
     as_message_tuple,
 )
 from actorloop.runtime.options import AgentOptions, ToolContext
-from actorloop.runtime.providers.base import Provider
+from actorloop.runtime.providers.base import Provider, opened_stream
 from actorloop.runtime.request import Request, request_digest
 from actorloop.runtime.seams import (
     Allow,
@@ -74,12 +74,16 @@ from actorloop.runtime.seams import (
 from actorloop.runtime.session import Session
 from actorloop.runtime.surface import chain_of
 from actorloop.runtime.tokens import TokenMeter
+from actorloop.runtime.usage import usage_of
 
 log = logging.getLogger("actorloop.loop")
 
 Persist = Callable[[str, Sequence[SessionEvent]], Awaitable[None]]
 ItemKind = Literal["message", "injection", "compaction"]
 SessionStartKind = Literal["startup", "resume", "fork"]
+
+CALLER_CANCELLED = "caller cancelled"
+"""The cancel reason of a turn whose caller (the task awaiting its send) was cancelled."""
 
 
 class Compactor(Protocol):
@@ -153,6 +157,8 @@ class _Turn:
 
     item: TurnItem
     number: int
+    first_seq: int
+    """Seq of the turn's `turn/start`."""
     scope: trio.CancelScope = field(factory=trio.CancelScope)
     cancel_reason: str | None = None
     retired: bool = False
@@ -258,6 +264,8 @@ class LoopActor:
         self._idle = trio.Event()
         self._idle.set()
         self._finished = trio.Event()
+        self._appended = trio.lowlevel.ParkingLot()
+        """Readers of `events()` waiting for the next append (or the end of the loop)."""
         self.failure: BaseException | None = None
         self._owned: set[trio.CancelScope] = set()
         self.meter = TokenMeter(session)
@@ -275,26 +283,60 @@ class LoopActor:
             self._enqueue_nowait(TurnItem("message", content, source))
 
     def inject(self, content: Content, source: Source, meta: Mapping[str, Any] | None) -> None:
+        item = self._context_now(content, source, meta)
+        if item is not None:
+            self._enqueue_nowait(item)
+
+    async def deliver(
+        self, content: Content, source: Source, meta: Mapping[str, Any] | None
+    ) -> None:
+        """`inject`, but waiting while the inbox is full instead of raising InboxFull."""
+        item = self._context_now(content, source, meta)
+        if item is None:
+            return
+        mailbox = self._require_mailbox()
+        self._work_added()
+        try:
+            await mailbox.tell(item)
+        except ActorStopped as exc:
+            self._work_done()
+            raise AgentClosed(f"agent {self.session.id!r} is {self.status}") from exc
+        except BaseException:
+            self._work_done()
+            raise
+
+    def _context_now(
+        self, content: Content, source: Source, meta: Mapping[str, Any] | None
+    ) -> TurnItem | None:
+        """Log context into the open turn (or its tool batch); else the injection item that
+        must be queued for a one-shot turn."""
         self._refuse_if_closed()
         frozen_meta = None if meta is None else freeze_object(meta, "$.meta")
         freeze_json(unstructure(content), "$.content")
-        item = ContextItem(content, source, frozen_meta)
         turn = self._turn
-        if turn is not None and self.session.open_turn is not None:
-            if turn.tool_batch is not None:
-                turn.tool_batch.append(item)
-            else:
-                self._append_context(item)
+        if turn is None or self.session.open_turn is None:
+            return TurnItem("injection", content, source, frozen_meta)
+        context = ContextItem(content, source, frozen_meta)
+        if turn.tool_batch is not None:
+            turn.tool_batch.append(context)
         else:
-            self._enqueue_nowait(TurnItem("injection", content, source, frozen_meta))
+            self._append_context(context)
+        return None
 
     def own(self, scope: trio.CancelScope) -> Callable[[], None]:
-        """Make background work (e.g. a subagent) part of this agent's work: `cancel()`
-        without `keep_inbox` and `dispose()` cancel it. Returns the release callable."""
+        """Make background work (e.g. a subagent) part of this agent's work: while it runs
+        the agent is `running` and `wait_idle()` waits; `cancel()` without `keep_inbox`
+        and `dispose()` cancel it. Returns the release callable (call it when it ends)."""
         if self._closed:
             scope.cancel()
-        self._owned.add(scope)
-        return lambda: self._owned.discard(scope)
+        self._work_added(owned=scope)
+
+        def release() -> None:
+            if scope in self._owned:
+                self._owned.discard(scope)
+                self._work_changed()
+
+        return release
 
     def _cancel_owned(self) -> None:
         for scope in tuple(self._owned):
@@ -323,10 +365,14 @@ class LoopActor:
             if self._stop_mailbox is not None:
                 await self._stop_mailbox()
         await self._finished.wait()
+        # Owned background work was cancelled above; it ends (and records its own end)
+        # before dispose returns.
+        await self.wait_idle()
 
     async def wait_idle(self) -> None:
-        """Return once no turn is running and nothing is queued."""
-        while self._outstanding:
+        """Return once no turn is running, nothing is queued and no owned background work
+        (background subagents) runs."""
+        while self._busy():
             await self._idle.wait()
 
     async def compact(self) -> TurnResult:
@@ -371,7 +417,7 @@ class LoopActor:
             status = "failed"
         elif self._closed:
             status = "disposed"
-        elif self._outstanding:
+        elif self._busy():
             status = "running"
         else:
             status = "idle"
@@ -407,9 +453,31 @@ class LoopActor:
         except BaseException:
             self._work_done()
             raise
-        await item.done.wait()
+        try:
+            await item.done.wait()
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await self._abandon(item)
+            raise
         assert item.result is not None
         return item.result
+
+    async def _abandon(self, item: TurnItem) -> None:
+        """The caller of `item` was cancelled: its work, and only its work, is cancelled.
+
+        Still queued: it is taken out of the inbox and never logged. Its turn running: that
+        turn ends `aborted` (reason CALLER_CANCELLED unless a cancel came first), and the
+        caller's cancellation goes on once the turn is closed; the inbox behind it runs.
+        """
+        if self._mailbox is not None and self._mailbox.withdraw(item):
+            self._finish_item(item, TurnResult(None, "discarded"))
+            return
+        turn = self._cancellable_turn()
+        if turn is not None and turn.item is item:
+            if turn.cancel_reason is None:
+                turn.cancel_reason = CALLER_CANCELLED
+            turn.scope.cancel()
+        await item.done.wait()
 
     def _enqueue_nowait(self, item: TurnItem) -> None:
         mailbox = self._require_mailbox()
@@ -423,18 +491,27 @@ class LoopActor:
             self._work_done()
             raise AgentClosed(f"agent {self.session.id!r} is {self.status}") from exc
 
-    def _work_added(self) -> None:
-        if self._outstanding == 0:
+    def _busy(self) -> bool:
+        return bool(self._outstanding or self._owned)
+
+    def _work_added(self, *, owned: trio.CancelScope | None = None) -> None:
+        if not self._busy():
             self._idle = trio.Event()
-        self._outstanding += 1
+        if owned is None:
+            self._outstanding += 1
+        else:
+            self._owned.add(owned)
         self._refresh_status()
 
     def _work_done(self) -> None:
         self._outstanding -= 1
+        self._work_changed()
+
+    def _work_changed(self) -> None:
         # Idle exactly when no work is left, however the last item ended (ran, or was
-        # discarded by a cancel before it started).
+        # discarded by a cancel before it started) and once owned work has ended too.
         self._refresh_status()
-        if self._outstanding == 0:
+        if not self._busy():
             self._idle.set()
 
     def _finish_item(self, item: TurnItem, result: TurnResult) -> None:
@@ -495,12 +572,13 @@ class LoopActor:
             self._discard_queued()
             self._refresh_status()
             self._finished.set()
+            self._appended.unpark_all()
             self._on_finished(self)
 
     async def _run_item(self, item: TurnItem) -> None:
         # No checkpoint between receiving the item and owning its scope, so cancel() always
         # finds either nothing (the item still queued) or this scope.
-        turn = self._turn = _Turn(item, self.session.last_turn + 1)
+        turn = self._turn = _Turn(item, self.session.last_turn + 1, len(self.session))
         trigger_kind = "message" if item.kind == "message" else item.kind
         self._append("turn/start", TurnStart(turn.number, Trigger(trigger_kind, item.source)))
         reason: TurnEndReason | None = None
@@ -554,9 +632,27 @@ class LoopActor:
             # steer on an idle agent, it starts the next turn (the rest joins its first step).
             content, source = self._steering.pop(0)
             self._enqueue_nowait(TurnItem("message", content, source))
-        self._finish_item(
-            item,
-            TurnResult(turn.number, reason.kind, reason.message or reason.reason),  # type: ignore[arg-type]
+        self._finish_item(item, self._result_of(turn, reason))
+
+    def _result_of(self, turn: _Turn, reason: TurnEndReason) -> TurnResult:
+        """The closed turn's result: its reply, and the usage of every model call in it."""
+        events = self.session.events_since(turn.first_seq)
+        reply = next(
+            (
+                Message("assistant", event.data.content)
+                for event in reversed(events)
+                if isinstance(event.data, AssistantMessage) and event.data.content
+            ),
+            None,
+        )
+        return TurnResult(
+            turn.number,
+            reason.kind,  # type: ignore[arg-type]
+            reason.message or reason.reason,
+            reply,
+            usage_of(events).total,
+            turn.steps,
+            reason.code,
         )
 
     @property
@@ -580,7 +676,17 @@ class LoopActor:
         chain = self._chain("session/event")
         if chain:
             run_notify("session/event", chain, self.agent, event)
+        self._appended.unpark_all()
         return event
+
+    async def wait_for_events(self, seen: int) -> bool:
+        """Wait until the log holds more than `seen` events (True) or the loop has ended
+        with no more to read (False)."""
+        while len(self.session) <= seen:
+            if self._finished.is_set():
+                return False
+            await self._appended.park()
+        return True
 
     def _append(
         self,
@@ -718,12 +824,17 @@ class LoopActor:
         chunk_seqs: list[int] = []
         failure: ErrorInfo | None = None
         try:
-            async for chunk in self.provider.stream(request):
-                chunk_seqs.append(
-                    self._append("assistant/chunk", AssistantChunk(turn.number, number, chunk)).seq
-                )
-                assembler.feed(chunk)
-                await self._observers_may_have_cancelled()
+            # Closed before anything is appended after the stream: the provider's cleanup
+            # runs inside the step, on completion, error and cancel alike.
+            async with opened_stream(self.provider, request) as stream:
+                async for chunk in stream:
+                    chunk_seqs.append(
+                        self._append(
+                            "assistant/chunk", AssistantChunk(turn.number, number, chunk)
+                        ).seq
+                    )
+                    assembler.feed(chunk)
+                    await self._observers_may_have_cancelled()
         except ProviderError as exc:
             failure = ErrorInfo(str(exc), exc.code)
         if failure is None:

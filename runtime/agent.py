@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
+from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
 from actorloop.runtime.messages import USER, Block, Content, Source, as_content
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.seams import TurnResult
 from actorloop.runtime.session import Session
+from actorloop.runtime.usage import UsageTotals, session_usage
 
 if TYPE_CHECKING:
     from actorloop.runtime.header import ToolSchema
@@ -36,6 +38,10 @@ class LoopHandle(Protocol):
 
     def inject(self, content: Content, source: Source, meta: Mapping[str, Any] | None) -> None: ...
 
+    async def deliver(
+        self, content: Content, source: Source, meta: Mapping[str, Any] | None
+    ) -> None: ...
+
     def cancel(self, reason: str | None, keep_inbox: bool) -> None: ...
 
     async def dispose(self) -> None: ...
@@ -43,6 +49,8 @@ class LoopHandle(Protocol):
     async def wait_idle(self) -> None: ...
 
     async def compact(self) -> TurnResult: ...
+
+    async def wait_for_events(self, seen: int) -> bool: ...
 
 
 def as_source(source: SourceSpec, default: Source) -> Source:
@@ -133,6 +141,17 @@ class Agent:
         """
         self._loop.inject(as_content(content), as_source(source, USER), meta)
 
+    async def deliver(
+        self,
+        content: str | Content | list[Block],
+        source: SourceSpec = "plugin",
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`inject` for producers that must not lose their content: when it has to be
+        queued and the inbox is full, wait for room (backpressure) instead of raising
+        `InboxFull`. Returns once the context is logged or queued."""
+        await self._loop.deliver(as_content(content), as_source(source, USER), meta)
+
     def cancel(self, reason: str | None = None, keep_inbox: bool = False) -> None:
         """Cancel the running turn (it ends `aborted`, with `reason` if it is the first).
 
@@ -154,6 +173,31 @@ class Agent:
         """Wait until no turn runs and nothing is queued. Awaited from inside the agent's
         own turn (a tool or a listener) it cannot return: await it from outside."""
         await self._loop.wait_idle()
+
+    async def events(self, after: int | None = None) -> AsyncIterator[SessionEvent]:
+        """The session's events after seq `after` (all of them when None): those already
+        in the log first, then each new one as it is appended, in seq order, until the agent
+        is closed and every event has been yielded.
+
+        The log itself is the buffer: a reader keeps only its position, so a slow reader
+        never makes the loop wait, lose or reorder anything, and a fast one waits for the
+        next append. Events of a session that is not live come from the store
+        (`load_session`).
+        """
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise TypeError(f"after must be a seq (int) or None, got {after!r}")
+        cursor = 0 if after is None else max(after + 1, 0)
+        while True:
+            while cursor < len(self.session):
+                yield self.session.event(cursor)
+                cursor += 1
+            if not await self._loop.wait_for_events(cursor):
+                return
+
+    def usage(self) -> UsageTotals:
+        """The tokens this session's model and summarizer calls used, from its log (a fork
+        child's seed is its parent's usage and is not counted again)."""
+        return session_usage(self.session.meta, self.session.events)
 
     async def compact(self) -> TurnResult:
         """Compact now, recorded as a one-shot turn (`turn/start{trigger: compaction}` …

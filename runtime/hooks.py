@@ -88,6 +88,11 @@ class HookRegistry:
             raise UnknownHookError(name, ", ".join(sorted(HOOK_KINDS)))
         if not callable(listener):
             raise HookError(f"listener for {name!r} is not callable")
+        if HOOK_KINDS[name] == "notify" and _is_async(listener):
+            raise TypeError(
+                f"{name} is a notify event: its listeners are called synchronously and must "
+                f"be plain functions (def), not async ({listener!r})"
+            )
         bucket: list[Callable[..., Any]] = self._listeners.setdefault(name, [])
         bucket.append(listener)
 
@@ -112,6 +117,11 @@ def listeners_for(name: str, *registries: HookRegistry) -> Chain:
     for registry in registries:
         chain.extend(registry.get(name))
     return tuple(chain)
+
+
+def _is_async(listener: Callable[..., Any]) -> bool:
+    call = getattr(listener, "__call__", None)  # noqa: B004 - objects with an async __call__
+    return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call)
 
 
 async def _settle(result: Any) -> Any:

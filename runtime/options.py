@@ -96,6 +96,13 @@ def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
     return tuple(value)
 
 
+def _at_least_one(_instance: object, attribute: Any, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{attribute.name} must be an int >= 1 (inboxes are bounded), got {value!r}"
+        )
+
+
 @frozen
 class AgentOptions:
     """How one agent runs: the model and provider, system prompt, tools, sampling settings,
@@ -113,7 +120,8 @@ class AgentOptions:
     context_window: int | None = None
     compaction: CompactionConfig = CompactionConfig()
     labels: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
-    inbox_capacity: int = 64
+    inbox_capacity: int = field(default=64, validator=_at_least_one)
+    """How many items (turns, injections) may wait in the inbox; `send` waits beyond it."""
     # Request options, passed to LlmCallConfig unchanged (docs/providers.md).
     tool_choice: ToolChoice | str | None = None
     parallel_tool_calls: bool | None = None

@@ -36,6 +36,7 @@ from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.session import Session, SessionMeta, new_session_id
 from actorloop.runtime.stored import fork_point
 from actorloop.runtime.stores.base import Store, open_store
+from actorloop.runtime.stores.ids import check_session_id
 
 log = logging.getLogger("actorloop.runtime")
 
@@ -196,7 +197,7 @@ class Runtime:
     async def spawn(self, options: AgentOptions, session_id: str | None = None) -> Agent:
         """A new agent on a new session."""
         self._refuse_closing()
-        session_id = session_id or new_session_id()
+        session_id = new_session_id() if session_id is None else check_session_id(session_id)
         provider = self.provider_for(options)
         self._refuse_live(session_id)
         meta = SessionMeta(session_id, labels=options.labels)

@@ -401,7 +401,7 @@ class Session:
                 ErrorCode.INVALID_BOUNDARY,
                 f"boundary {boundary} is a {self._log[boundary].type}, not a turn/end",
             )
-        child_id = child_id or new_session_id()
+        child_id = new_session_id() if child_id is None else child_id
         if child_id == self.id:
             raise SessionForkError(
                 ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
