@@ -19,6 +19,7 @@ keep working)::
     ├── JsonValueError                 [ValueError] a value has no lossless JSON form
     ├── ToolOrderError                 [ValueError] `tool_order` names an unknown tool
     ├── InvalidToolSchema              [ValueError] a tool's parameters are not a JSON Schema
+    ├── CallConfigError                [ValueError] a model call option is malformed or conflicts
     ├── AgentError                     a call on an agent handle was refused or failed
     │   ├── AgentClosed                the agent was disposed or failed
     │   ├── InboxFull                  a synchronous enqueue met a full inbox
@@ -84,6 +85,7 @@ class ErrorCode(StrEnum):
     STREAM_INTERRUPTED = "STREAM_INTERRUPTED"
     STREAM_INCOMPLETE = "STREAM_INCOMPLETE"
     CONTENT_FILTERED = "CONTENT_FILTERED"
+    REFUSED = "REFUSED"
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
     DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
@@ -197,6 +199,10 @@ class JsonValueError(ActorloopError, ValueError):
 
 class ToolOrderError(ActorloopError, ValueError):
     """`tool_order` names a tool the agent does not have."""
+
+
+class CallConfigError(ActorloopError, ValueError):
+    """A model call option (`LlmCallConfig`) is malformed, or two options conflict."""
 
 
 # ---------------------------------------------------------------------- agents and runtime

@@ -13,7 +13,16 @@ from jsonschema import Draft202012Validator
 
 from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_object, thaw_json
 from actorloop.runtime.errors import InvalidToolSchema
-from actorloop.runtime.header import EpochHeader, LlmCallConfig, ToolSchema
+from actorloop.runtime.header import (
+    CacheBreakpoint,
+    CacheTtl,
+    EpochHeader,
+    LlmCallConfig,
+    ResponseFormat,
+    ToolChoice,
+    ToolSchema,
+    as_cache_breakpoints,
+)
 from actorloop.runtime.messages import Content
 
 if TYPE_CHECKING:
@@ -158,6 +167,25 @@ class AgentOptions:
     """How many items (turns, injections) may wait in the inbox; `send` waits beyond it."""
     max_parallel_tool_calls: int = field(default=10, validator=_at_least_one)
     """How many of a step's (non-exclusive) tool calls may run at once."""
+    # Request options, passed to LlmCallConfig unchanged (docs/providers.md).
+    tool_choice: ToolChoice | str | None = None
+    parallel_tool_calls: bool | None = None
+    strict_tools: bool | None = None
+    response_format: ResponseFormat | None = None
+    reasoning_effort: str | None = None
+    thinking_budget: int | None = None
+    cache_ttl: CacheTtl | None = None
+    cache_breakpoints: tuple[CacheBreakpoint, ...] | None = field(
+        default=None, converter=as_cache_breakpoints
+    )
+    user: str | None = None
+    metadata: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+    extra_body: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+    extra_headers: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+
+    def __attrs_post_init__(self) -> None:
+        # A malformed request option fails here, not at the first step.
+        self.call_config()
 
     def call_config(self) -> LlmCallConfig:
         """The model-call configuration this instance's first request starts from."""
@@ -167,6 +195,18 @@ class AgentOptions:
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             stop=self.stop,
+            tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls,
+            strict_tools=self.strict_tools,
+            response_format=self.response_format,
+            reasoning_effort=self.reasoning_effort,
+            thinking_budget=self.thinking_budget,
+            cache_ttl=self.cache_ttl,
+            cache_breakpoints=self.cache_breakpoints,
+            user=self.user,
+            metadata=self.metadata,
+            extra_body=self.extra_body,
+            extra_headers=self.extra_headers,
         )
 
     @classmethod

@@ -15,9 +15,10 @@ import orjson
 import trio
 from attrs import frozen
 
+from actorloop.codecs.converter import ordered_fragment
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.errors import ErrorCode, ProviderError, TransientProviderError
-from actorloop.runtime.header import ToolSchema
+from actorloop.runtime.header import LlmCallConfig, ToolSchema
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.providers.retry import (
     RetryPolicy,
@@ -72,9 +73,56 @@ class OpenedStream:
     first: bytes
 
 
-def tool_parameters(tool: ToolSchema) -> Mapping[str, Any]:
-    """The JSON schema of a tool; both wire formats want an object schema, never `{}`."""
-    return tool.parameters or {"type": "object", "properties": {}}
+def tool_parameters(tool: ToolSchema) -> orjson.Fragment:
+    """The JSON schema of a tool in the order it was written (decision 0007); every wire
+    format wants an object schema, never `{}`."""
+    return ordered_fragment(tool.parameters or {"type": "object", "properties": {}})
+
+
+def verbatim(value: object) -> object:
+    """A user-written JSON value for the wire: objects and arrays keep the order written."""
+    return ordered_fragment(value) if isinstance(value, (dict, tuple, list)) else value
+
+
+def merge_extra_body(body: dict[str, Any], config: LlmCallConfig) -> dict[str, Any]:
+    """`extra_body` fields join the body last, so (as in the official SDKs) they win over a
+    field the adapter set; they are recorded in the header like every other option."""
+    for key, value in config.extra_body.items():
+        body[key] = verbatim(value)
+    return body
+
+
+def with_extra_headers(headers: dict[str, str], config: LlmCallConfig) -> dict[str, str]:
+    """The adapter's headers with `extra_headers` on top (names compared case-blind)."""
+    merged = {name.lower(): value for name, value in headers.items()}
+    for name, value in config.extra_headers.items():
+        merged[name.lower()] = value
+    return merged
+
+
+def is_openai_endpoint(base_url: str) -> bool:
+    """Whether `base_url` is OpenAI's own API (not a compatible server or gateway)."""
+    return httpx.URL(base_url).host == "api.openai.com"
+
+
+def invalid_request(provider: str, problem: str) -> ProviderError:
+    """A request this adapter refuses to send (raised before any byte goes out)."""
+    return ProviderError(f"{provider}: {problem}", ErrorCode.INVALID_REQUEST)
+
+
+def forced_tool(provider: str, config: LlmCallConfig, tools: tuple[ToolSchema, ...]) -> None:
+    """A `tool_choice` forcing a tool must name one the request offers."""
+    choice = config.tool_choice
+    if choice is not None and choice.mode == "tool":
+        if choice.name not in {tool.name for tool in tools}:
+            offered = ", ".join(tool.name for tool in tools) or "none"
+            raise invalid_request(
+                provider,
+                f"tool_choice forces tool {choice.name!r}, which the request does "
+                f"not offer (tools: {offered})",
+            )
+    elif choice is not None and choice.mode == "required" and not tools:
+        raise invalid_request(provider, "tool_choice 'required' but the request has no tools")
 
 
 def error_fields(payload: object, fallback: str = "") -> tuple[str, str | None, str | None]:
