@@ -37,7 +37,8 @@ keep working)::
     ├── ActorStopped                   an actor ended before taking a message or answering
     ├── InvariantViolation             [AssertionError] a request is not what the log rebuilds
     ├── VerificationFailed             a stored log fails offline verification
-    └── WorkloadError                  [ValueError] a workload file does not match its schema
+    ├── WorkloadError                  [ValueError] a workload file does not match its schema
+    └── TelemetryError                 tracing was asked for and cannot be set up
 
 Codes are the stable strings recorded in logs and shown to callers (`ErrorCode`); every
 code actorloop writes is a member of it, so one grep finds every place that uses it.
@@ -330,6 +331,11 @@ class VerificationFailed(ActorloopError):
 
 class WorkloadError(ActorloopError, ValueError):
     """A workload file is missing, unreadable or does not match the schema."""
+
+
+class TelemetryError(ActorloopError):
+    """Tracing was asked for and cannot be set up: opentelemetry-api is not installed (the
+    `otel` extra), or the `telemetry` setting is not a bool, a `Telemetry` or None."""
 
 
 def sole_error(error: BaseException) -> BaseException:

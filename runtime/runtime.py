@@ -36,6 +36,7 @@ from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.session import Session, SessionMeta, new_session_id
 from actorloop.runtime.stored import fork_point
 from actorloop.runtime.stores.base import Store, open_store
+from actorloop.runtime.telemetry import TelemetrySetting, Tracing, open_tracing
 
 log = logging.getLogger("actorloop.runtime")
 
@@ -55,6 +56,7 @@ class Runtime:
         default_provider: str | None,
         dev_invariants: bool,
         compactor: Compactor | None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._supervisor = supervisor
         self._owned_work = owned_work
@@ -70,12 +72,16 @@ class Runtime:
         self._checked: dict[str, InvariantCheckedProvider] = {}
         self.providers: dict[str, Provider] = {}
         for name, provider in providers.items():
+            if tracing is not None:
+                provider = tracing.wrap(provider)
             if dev_invariants:
                 checked = InvariantCheckedProvider(provider, self._events_of)
                 self._checked[name] = checked
                 self.providers[name] = checked
             else:
                 self.providers[name] = provider
+        if tracing is not None:
+            tracing.attach(self)
 
     @classmethod
     @asynccontextmanager
@@ -88,7 +94,11 @@ class Runtime:
         dev_invariants: bool = False,
         compactor: Compactor | None = None,
         compaction: bool = True,
+        telemetry: TelemetrySetting = None,
     ) -> AsyncIterator[Runtime]:
+        """`telemetry`: OpenTelemetry spans (runtime/telemetry.py); by default on when
+        opentelemetry-api is importable, so the global tracer provider decides."""
+        tracing = open_tracing(telemetry)
         all_providers: dict[str, Provider] = dict(providers or {})
         default_name: str | None = None
         if provider is not None:
@@ -122,6 +132,7 @@ class Runtime:
                             default_provider=default_name,
                             dev_invariants=dev_invariants,
                             compactor=compactor,
+                            tracing=tracing,
                         )
                         try:
                             yield runtime
