@@ -10,6 +10,7 @@ keep working)::
     │   ├── SessionFormatUnsupported   a newer or unknown format version; refused, not repaired
     │   ├── SessionCorruptError        damage a load cannot repair by cutting a torn tail
     │   ├── SessionNotFound            [KeyError] no such session in the store
+    │   ├── SessionIdAmbiguous         [LookupError] a shortened id matches several sessions
     │   ├── SessionExists              a session with that id is already stored
     │   ├── SessionBusy                another live writer owns the session
     │   ├── SessionForkError           a fork was refused; `.code` is a fork code
@@ -144,6 +145,17 @@ class SessionNotFound(SessionError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class SessionIdAmbiguous(SessionError, LookupError):
+    """A shortened or partial session id (as `sessions list` prints them) matches more
+    than one stored session; `matches` holds them all."""
+
+    def __init__(self, given: str, matches: tuple[str, ...]) -> None:
+        shown = ", ".join(matches[:4]) + (", …" if len(matches) > 4 else "")
+        super().__init__(f"session id {given!r} matches {len(matches)} sessions: {shown}")
+        self.given = given
+        self.matches = matches
 
 
 class SessionExists(SessionError):

@@ -534,3 +534,87 @@ trio.run(main)
     lines = result.stdout.splitlines()
     assert lines[:2] == ["completed", "ScriptedProvider"]
     assert lines[2].startswith("refused: telemetry was asked for but opentelemetry-api")
+
+
+GLOBAL_PROVIDER_RUN = """
+import sys
+import orjson
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # what an application's OpenTelemetry setup does
+
+from actorloop.runtime.cli import main
+
+main(["run", "tiny", "--store", sys.argv[1], "--json"], standalone_mode=False)
+spans = [
+    {
+        "name": span.name,
+        "id": span.context.span_id,
+        "trace": format(span.context.trace_id, "032x"),
+        "parent": span.parent.span_id if span.parent else None,
+        "links": [[link.context.span_id, dict(link.attributes)] for link in span.links],
+        "attributes": dict(span.attributes),
+    }
+    for span in exporter.get_finished_spans()
+]
+with open(sys.argv[2], "wb") as out:
+    out.write(orjson.dumps(spans))
+"""
+
+
+def test_actorloop_run_traces_through_the_global_tracer_provider(tmp_path: Any) -> None:
+    """The CLI sets nothing up: the application's global provider decides, and the run's
+    subagent, fork, cancellation and resume all show in the spans."""
+    dump = tmp_path / "spans.json"
+    result = subprocess.run(
+        [sys.executable, "-c", GLOBAL_PROVIDER_RUN, f"sqlite:{tmp_path / 'run.db'}", str(dump)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = orjson.loads(result.stdout)
+    spans = orjson.loads(dump.read_bytes())
+    by_id = {span["id"]: span for span in spans}
+    turns = [s for s in spans if s["attributes"]["gen_ai.operation.name"] == "invoke_agent"]
+    calls = [s for s in spans if s["attributes"]["gen_ai.operation.name"] == "chat"]
+    assert len(turns) == report["turns"] and len(calls) == report["requests"]
+    assert all(by_id[c["parent"]]["name"].startswith("invoke_agent") for c in calls)
+
+    [coordinator] = [s for s in turns if s["name"] == "invoke_agent coordinator"]
+    [delegate] = [s for s in spans if s["name"] == "execute_tool delegate"]
+    [child] = [
+        s
+        for s in turns
+        if s["attributes"]["gen_ai.conversation.id"].startswith(
+            s["attributes"].get("actorloop.parent_agent", "\0")
+        )
+    ]
+    assert coordinator["parent"] is None and delegate["parent"] == coordinator["id"]
+    assert child["name"] == "invoke_agent worker" and child["parent"] == delegate["id"]
+    assert child["trace"] == coordinator["trace"]
+
+    [fork] = [s for s in turns if s["attributes"]["gen_ai.conversation.id"].endswith("-fork")]
+    [[target, kind]] = fork["links"]
+    assert kind == {"actorloop.link.kind": "fork"}
+    assert (
+        by_id[target]["attributes"]["gen_ai.conversation.id"]
+        == fork["attributes"]["actorloop.session.parent"]
+    )
+    [resumed] = [s for s in turns if s["attributes"].get("actorloop.session.origin") == "resume"]
+    [[target, kind]] = resumed["links"]
+    assert kind == {"actorloop.link.kind": "resume"}
+    assert (
+        by_id[target]["attributes"]["gen_ai.conversation.id"]
+        == resumed["attributes"]["gen_ai.conversation.id"]
+    )
+    [cancelled] = [s for s in turns if s["attributes"].get("error.type") == "cancelled"]
+    assert cancelled["attributes"]["actorloop.turn.end_reason"] == "aborted"
