@@ -24,9 +24,9 @@ from actorloop.runtime.events import (
     UserMessage,
 )
 from actorloop.runtime.header import LlmCallConfig, ToolSchema
-from actorloop.runtime.kernel import ActorRef
+from actorloop.runtime.kernel import ActorRef, Mailbox
 from actorloop.runtime.messages import Message, Source, Text, ToolCall, ToolResult
-from actorloop.runtime.providers.base import Provider
+from actorloop.runtime.providers.base import Provider, opened_stream
 from actorloop.runtime.request import Request
 from actorloop.runtime.surface import project
 from actorloop.runtime.tokens import estimate_message
@@ -130,7 +130,7 @@ class CompactionActor:
         """Wire the kernel mailbox the supervisor created for this actor."""
         self._mailbox = mailbox
 
-    async def run(self, mailbox: trio.MemoryReceiveChannel[_Pending]) -> None:
+    async def run(self, mailbox: Mailbox[_Pending]) -> None:
         """The actor's body (spawned by the kernel's Supervisor)."""
         async with trio.open_nursery() as nursery:
             async for pending in mailbox:
@@ -288,9 +288,10 @@ class CompactionActor:
         start = loop.append("compaction/start", CompactionStart(compaction_id, turn))
         try:
             outcome = await self.summarize(SummaryJob(loop.provider, request))
-            # A cancel that landed after the answer but before this task resumed still
-            # discards the summary (no yield when not cancelled: the commit stays atomic).
-            await trio.lowlevel.checkpoint_if_cancelled()
+            # A cancel or dispose requested while the answer came in (e.g. by a task started
+            # in the same scheduling batch) still discards the summary: one schedule point
+            # lets it land. The commit below stays atomic (no yield between its appends).
+            await trio.lowlevel.checkpoint()
             framed = frame_summary(outcome.text)
             summary_tokens = estimate_message(Message.user(framed))
             if summary_tokens >= region.tokens:
@@ -311,7 +312,8 @@ class CompactionActor:
             )
             self.failures += 1
             if isinstance(exc, Exception):
-                # Fail closed: only cancellation propagates; the turn goes on (§2.7).
+                # Fail closed: only cancellation propagates; the turn goes on
+                # (docs/spec/compaction.md §7.7).
                 log.warning("compaction of %s failed: %r", session.id, exc)
                 return False
             raise
@@ -379,8 +381,9 @@ class CompactionActor:
 
 async def _summarize(job: SummaryJob) -> SummaryOutcome:
     assembler = ChunkAssembler()
-    async for chunk in job.provider.stream(job.request):
-        assembler.feed(chunk)
+    async with opened_stream(job.provider, job.request) as stream:
+        async for chunk in stream:
+            assembler.feed(chunk)
     finish = assembler.finish
     if finish is None:
         raise CompactionFailed(

@@ -1,15 +1,15 @@
 """`LoopActor`: one loop instance over one session — turns, steps, the session prefix seam,
-header recording, streaming, tools and cancellation, exactly as spec/loop.md orders them."""
+header recording, streaming, tools and cancellation, in the order of docs/spec/loop.md §3–§4."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 import orjson
 import trio
-from attrs import define, evolve, field
+from attrs import define, evolve, field, frozen
 
 from actorloop.codecs.converter import structure_as, unstructure
 from actorloop.codecs.jsonvalue import freeze_json, freeze_object
@@ -46,7 +46,7 @@ from actorloop.runtime.hooks import (
     run_serial,
     run_waterfall,
 )
-from actorloop.runtime.kernel import ActorRef
+from actorloop.runtime.kernel import ActorRef, Mailbox
 from actorloop.runtime.messages import (
     Content,
     Message,
@@ -56,7 +56,7 @@ from actorloop.runtime.messages import (
     as_message_tuple,
 )
 from actorloop.runtime.options import AgentOptions, ToolContext
-from actorloop.runtime.providers.base import Provider
+from actorloop.runtime.providers.base import Provider, opened_stream
 from actorloop.runtime.request import Request, request_digest
 from actorloop.runtime.seams import (
     Allow,
@@ -74,12 +74,16 @@ from actorloop.runtime.seams import (
 from actorloop.runtime.session import Session
 from actorloop.runtime.surface import chain_of
 from actorloop.runtime.tokens import TokenMeter
+from actorloop.runtime.usage import usage_of
 
 log = logging.getLogger("actorloop.loop")
 
 Persist = Callable[[str, Sequence[SessionEvent]], Awaitable[None]]
 ItemKind = Literal["message", "injection", "compaction"]
 SessionStartKind = Literal["startup", "resume", "fork"]
+
+CALLER_CANCELLED = "caller cancelled"
+"""The cancel reason of a turn whose caller (the task awaiting its send) was cancelled."""
 
 
 class Compactor(Protocol):
@@ -114,8 +118,6 @@ class TurnItem:
     meta: Any = None
     done: trio.Event = field(factory=trio.Event)
     result: TurnResult | None = None
-    epoch: int = 0
-    """The agent's cancel epoch when the item was queued (see LoopActor._cancel_epoch)."""
 
     def resolve(self, result: TurnResult) -> None:
         if self.result is None:
@@ -124,16 +126,62 @@ class TurnItem:
 
 
 @define
-class _StepState:
-    """What the cleanup after a cancel or error needs to know about the open step."""
+class _Step:
+    """The open step: what the cleanup after a cancel or an error needs to know about it.
+
+    Invariant: every call id in `answered` has a logged `tool/result`; `started` and
+    `finished` only name calls in `logged_calls`.
+    """
 
     turn: int
-    step: int
+    number: int
     requested: tuple[ToolCall, ...] = ()
     logged_calls: dict[str, int] = field(factory=dict)
+    """call id -> seq of its `tool/call` event."""
     answered: set[str] = field(factory=set)
     started: set[str] = field(factory=set)
     finished: dict[str, ToolOutcome] = field(factory=dict)
+    """Real outcomes of calls that ran to the end (a cancel still logs these)."""
+
+
+@define
+class _Turn:
+    """The turn in progress, from taking its item until its `turn/end` is appended.
+
+    Invariants: `scope` is the one cancel scope every seam of the turn runs in; once
+    `retired` is set (just before `turn/end`) no cancel reaches the turn any more; `step`
+    is not None exactly while a step is open; `tool_batch` is not None from the
+    tool-requesting `assistant/message` until the batch's last `tool/result`, and holds the
+    contexts that must wait for it.
+    """
+
+    item: TurnItem
+    number: int
+    first_seq: int
+    """Seq of the turn's `turn/start`."""
+    scope: trio.CancelScope = field(factory=trio.CancelScope)
+    cancel_reason: str | None = None
+    retired: bool = False
+    step: _Step | None = None
+    steps: int = 0
+    """Number of the latest step started (0 before the first)."""
+    tool_batch: list[ContextItem] | None = None
+    overflow_retries: int = 0
+
+
+@frozen
+class NextStep:
+    """Step transition: the turn goes on with another step."""
+
+
+@frozen
+class EndTurn:
+    """Step transition: the turn ends with `reason`."""
+
+    reason: TurnEndReason
+
+
+StepOutcome: TypeAlias = NextStep | EndTurn
 
 
 class _TurnRejected(Exception):
@@ -155,7 +203,7 @@ def _tool_text(output: object) -> tuple[Text, ...]:
     raise TypeError(f"tool returned {type(output).__name__}; expected str or a tuple of Text")
 
 
-def _error_outcome(info: ToolCallInfo, code: str, message: str) -> ToolOutcome:
+def _error_outcome(info: ToolCallInfo, code: ErrorCode, message: str) -> ToolOutcome:
     """An error result for a call that produced no real one (denied, failed, cancelled)."""
     return ToolOutcome(
         info.turn,
@@ -170,7 +218,7 @@ def _error_outcome(info: ToolCallInfo, code: str, message: str) -> ToolOutcome:
 
 
 class LoopActor:
-    """The only writer of its session. Its inbox is a bounded memory channel of turn items."""
+    """The only writer of its session. Its inbox is a bounded kernel mailbox of turn items."""
 
     def __init__(
         self,
@@ -192,40 +240,33 @@ class LoopActor:
         self._persist = persist
         self._compactor = compactor
         self._on_finished = on_finished
-        self.agent = Agent(session, options, self)
+        self.agent = Agent(session, self)
         self.status: AgentStatus = "idle"
         self.current_tools: tuple[ToolSchema, ...] = ()
         self.session_prefix: tuple[Message, ...] | None = None
+        """Composed once per instance before its first pre-step; None until then."""
         self._prefix_chain = b""
         self.logged_header = False
+        """Whether this instance wrote its anchoring `request/header` snapshot."""
         self._persisted = len(session)
-        # The mailbox is the kernel's: the supervisor hands the receive side to `run` and the
-        # runtime attaches the sending ref (and how to stop it) right after spawning.
+        # The mailbox is the kernel's: the supervisor hands it to `run` and the runtime
+        # attaches the sending ref (and how to stop it) right after spawning.
         self._mailbox: ActorRef[TurnItem] | None = None
         self._stop_mailbox: Callable[[], Awaitable[None]] | None = None
-        self._inbox: trio.MemoryReceiveChannel[TurnItem] | None = None
+        self._inbox: Mailbox[TurnItem] | None = None
         self.started = trio.Event()
         self._steering: list[tuple[Content, Source]] = []
-        self._turn_scope: trio.CancelScope | None = None
-        self._turn_number: int | None = None
-        self._cancel_reason: str | None = None
+        self._turn: _Turn | None = None
         self._disposing = False
         self._closed = False
+        self._outstanding = 0
+        """Items sent and not yet ended (running, queued, or handed over)."""
         self._idle = trio.Event()
         self._idle.set()
         self._finished = trio.Event()
-        self._step_state: _StepState | None = None
-        self._step_number = 0
-        self._tool_batch: list[ContextItem] | None = None
-        self._outstanding = 0
-        self._current_item: TurnItem | None = None
         self.failure: BaseException | None = None
         self._owned: set[trio.CancelScope] = set()
-        # Bumped by every cancel() that clears the inbox: items queued before it are dropped
-        # even if the channel had already handed them to this task.
-        self._cancel_epoch = 0
         self.meter = TokenMeter(session)
-        self._overflow_retries = 0
 
     # ------------------------------------------------------------------ public surface
 
@@ -234,31 +275,66 @@ class LoopActor:
 
     def steer(self, content: Content, source: Source) -> None:
         self._refuse_if_closed()
-        if self._turn_scope is not None:
+        if self._cancellable_turn() is not None:
             self._steering.append((content, source))
         else:
             self._enqueue_nowait(TurnItem("message", content, source))
 
     def inject(self, content: Content, source: Source, meta: Mapping[str, Any] | None) -> None:
+        item = self._context_now(content, source, meta)
+        if item is not None:
+            self._enqueue_nowait(item)
+
+    async def deliver(
+        self, content: Content, source: Source, meta: Mapping[str, Any] | None
+    ) -> None:
+        """`inject`, but waiting while the inbox is full instead of raising InboxFull."""
+        item = self._context_now(content, source, meta)
+        if item is None:
+            return
+        mailbox = self._require_mailbox()
+        self._work_added()
+        try:
+            await mailbox.tell(item)
+        except ActorStopped as exc:
+            self._work_done()
+            raise AgentClosed(f"agent {self.session.id!r} is {self.status}") from exc
+        except BaseException:
+            self._work_done()
+            raise
+
+    def _context_now(
+        self, content: Content, source: Source, meta: Mapping[str, Any] | None
+    ) -> TurnItem | None:
+        """Log context into the open turn (or its tool batch); else the injection item that
+        must be queued for a one-shot turn."""
         self._refuse_if_closed()
         frozen_meta = None if meta is None else freeze_object(meta, "$.meta")
         freeze_json(unstructure(content), "$.content")
-        item = ContextItem(content, source, frozen_meta)
-        if self._turn_number is not None and self.session.open_turn is not None:
-            if self._tool_batch is not None:
-                self._tool_batch.append(item)
-            else:
-                self._append_context(item)
+        turn = self._turn
+        if turn is None or self.session.open_turn is None:
+            return TurnItem("injection", content, source, frozen_meta)
+        context = ContextItem(content, source, frozen_meta)
+        if turn.tool_batch is not None:
+            turn.tool_batch.append(context)
         else:
-            self._enqueue_nowait(TurnItem("injection", content, source, frozen_meta))
+            self._append_context(context)
+        return None
 
     def own(self, scope: trio.CancelScope) -> Callable[[], None]:
-        """Make background work (e.g. a subagent) part of this agent's work: `cancel()`
-        without `keep_inbox` and `dispose()` cancel it. Returns the release callable."""
+        """Make background work (e.g. a subagent) part of this agent's work: while it runs
+        the agent is `running` and `wait_idle()` waits; `cancel()` without `keep_inbox`
+        and `dispose()` cancel it. Returns the release callable (call it when it ends)."""
         if self._closed:
             scope.cancel()
-        self._owned.add(scope)
-        return lambda: self._owned.discard(scope)
+        self._work_added(owned=scope)
+
+        def release() -> None:
+            if scope in self._owned:
+                self._owned.discard(scope)
+                self._work_changed()
+
+        return release
 
     def _cancel_owned(self) -> None:
         for scope in tuple(self._owned):
@@ -266,51 +342,84 @@ class LoopActor:
 
     def cancel(self, reason: str | None, keep_inbox: bool) -> None:
         if not keep_inbox:
-            self._cancel_epoch += 1
             self._discard_queued()
             self._cancel_owned()
-        scope = self._turn_scope
-        if scope is not None:
-            if self._cancel_reason is None:
-                self._cancel_reason = reason
-            scope.cancel()
+        turn = self._cancellable_turn()
+        if turn is not None:
+            if turn.cancel_reason is None:
+                turn.cancel_reason = reason
+            turn.scope.cancel()
 
     async def dispose(self) -> None:
         if not self._closed:
             self._closed = True
             self._disposing = True
-            self._set_status("disposed")
+            self._refresh_status()
             self._discard_queued()
             self._cancel_owned()
-            if self._turn_scope is not None:
-                self._turn_scope.cancel()
+            turn = self._cancellable_turn()
+            if turn is not None:
+                turn.scope.cancel()
             if self._stop_mailbox is not None:
                 await self._stop_mailbox()
         await self._finished.wait()
+        # Owned background work was cancelled above; it ends (and records its own end)
+        # before dispose returns.
+        await self.wait_idle()
 
     async def wait_idle(self) -> None:
-        """Return once no turn is running and nothing is queued."""
-        while self._outstanding:
+        """Return once no turn is running, nothing is queued and no owned background work
+        (background subagents) runs."""
+        while self._busy():
             await self._idle.wait()
 
     async def compact(self) -> TurnResult:
         return await self._submit(TurnItem("compaction", (), Source.of_plugin("compaction")))
 
-    # ------------------------------------------------------------------ hooks
+    def _cancellable_turn(self) -> _Turn | None:
+        turn = self._turn
+        return turn if turn is not None and not turn.retired else None
+
+    # ------------------------------------------------------------------ hooks and seams
 
     def _chain(self, name: str) -> tuple[Any, ...]:
         return listeners_for(name, self._global_hooks, self.agent.hooks)
 
-    async def _waterfall(self, name: str, value: Any) -> Any:
-        return await run_waterfall(name, self._chain(name), self.agent, value)
+    async def _seam(self, name: str, value: Any) -> Any:
+        """Run the waterfall `name`, then stop here if the turn was cancelled: a listener
+        may cancel and return normally, and what it returned must then be dropped."""
+        result = await run_waterfall(name, self._chain(name), self.agent, value)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return result
+
+    async def _serial_seam(self, name: str, value: Any) -> None:
+        """Run the serial event `name`, then stop here if the turn was cancelled."""
+        await run_serial(self._chain(name), self.agent, value)
+        await trio.lowlevel.checkpoint_if_cancelled()
+
+    async def _observers_may_have_cancelled(self) -> None:
+        """`session/event` observers run synchronously inside an append and cannot stop
+        the loop there; one that cancelled is honoured here, before the next action."""
+        await trio.lowlevel.checkpoint_if_cancelled()
 
     def notify(self, name: str, value: Any) -> None:
         chain = self._chain(name)
         if chain:
             run_notify(name, chain, self.agent, value)
 
-    def _set_status(self, status: AgentStatus) -> None:
-        if self.status != status:
+    def _refresh_status(self) -> None:
+        """The one place the status changes: it is derived from the actor's state, and
+        `agent/status` is notified when the derived value differs from the last one."""
+        status: AgentStatus
+        if self.failure is not None:
+            status = "failed"
+        elif self._closed:
+            status = "disposed"
+        elif self._busy():
+            status = "running"
+        else:
+            status = "idle"
+        if status != self.status:
             self.status = status
             self.notify("agent/status", status)
 
@@ -333,7 +442,6 @@ class LoopActor:
     async def _submit(self, item: TurnItem) -> TurnResult:
         self._refuse_if_closed()
         mailbox = self._require_mailbox()
-        item.epoch = self._cancel_epoch
         self._work_added()
         try:
             await mailbox.tell(item)
@@ -343,13 +451,34 @@ class LoopActor:
         except BaseException:
             self._work_done()
             raise
-        await item.done.wait()
+        try:
+            await item.done.wait()
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await self._abandon(item)
+            raise
         assert item.result is not None
         return item.result
 
+    async def _abandon(self, item: TurnItem) -> None:
+        """The caller of `item` was cancelled: its work, and only its work, is cancelled.
+
+        Still queued: it is taken out of the inbox and never logged. Its turn running: that
+        turn ends `aborted` (reason CALLER_CANCELLED unless a cancel came first), and the
+        caller's cancellation goes on once the turn is closed; the inbox behind it runs.
+        """
+        if self._mailbox is not None and self._mailbox.withdraw(item):
+            self._finish_item(item, TurnResult(None, "discarded"))
+            return
+        turn = self._cancellable_turn()
+        if turn is not None and turn.item is item:
+            if turn.cancel_reason is None:
+                turn.cancel_reason = CALLER_CANCELLED
+            turn.scope.cancel()
+        await item.done.wait()
+
     def _enqueue_nowait(self, item: TurnItem) -> None:
         mailbox = self._require_mailbox()
-        item.epoch = self._cancel_epoch
         self._work_added()
         try:
             mailbox.tell_nowait(item)
@@ -360,18 +489,27 @@ class LoopActor:
             self._work_done()
             raise AgentClosed(f"agent {self.session.id!r} is {self.status}") from exc
 
-    def _work_added(self) -> None:
-        if self._outstanding == 0:
+    def _busy(self) -> bool:
+        return bool(self._outstanding or self._owned)
+
+    def _work_added(self, *, owned: trio.CancelScope | None = None) -> None:
+        if not self._busy():
             self._idle = trio.Event()
-        self._outstanding += 1
+        if owned is None:
+            self._outstanding += 1
+        else:
+            self._owned.add(owned)
+        self._refresh_status()
 
     def _work_done(self) -> None:
         self._outstanding -= 1
-        if self._outstanding == 0:
-            # Idle exactly when no work is left, however the last item ended (ran, or was
-            # discarded by a cancel before it started).
-            if not self._closed:
-                self._set_status("idle")
+        self._work_changed()
+
+    def _work_changed(self) -> None:
+        # Idle exactly when no work is left, however the last item ended (ran, or was
+        # discarded by a cancel before it started) and once owned work has ended too.
+        self._refresh_status()
+        if not self._busy():
             self._idle.set()
 
     def _finish_item(self, item: TurnItem, result: TurnResult) -> None:
@@ -386,13 +524,13 @@ class LoopActor:
         while True:
             try:
                 item = self._inbox.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            except (trio.WouldBlock, trio.EndOfChannel):
                 return
             self._finish_item(item, TurnResult(None, "discarded"))
 
     # ------------------------------------------------------------------ actor body
 
-    async def run(self, inbox: trio.MemoryReceiveChannel[TurnItem]) -> None:
+    async def run(self, inbox: Mailbox[TurnItem]) -> None:
         """The actor's body (spawned by the kernel's Supervisor): one turn per inbox item
         until disposed.
 
@@ -403,64 +541,58 @@ class LoopActor:
         self._inbox = inbox
         self.notify("agent/session-start", self.origin)
         self.started.set()
+        current: TurnItem | None = None
         try:
             async for item in inbox:
-                # A receive hands the item over before this task runs again: a cancel or
-                # dispose in between found neither it in the queue nor a turn scope, so it
-                # is settled here, as the queued item it was when they were called.
-                if self._closed or item.epoch < self._cancel_epoch:
-                    self._finish_item(item, TurnResult(None, "discarded"))
-                    continue
-                self._current_item = item
+                # The mailbox hands an item over atomically with the end of the receive
+                # and the turn takes it without a checkpoint in between, so a cancel or
+                # dispose finds it either queued or owned by a turn scope.
+                current = item
                 await self._run_item(item)
-                self._current_item = None
+                current = None
         except Exception as exc:
             self.failure = exc
             self._closed = True
-            self._set_status("failed")
+            self._refresh_status()
             self.notify("agent/error", exc)
             raise
         finally:
             self._closed = True
             self._cancel_owned()
-            if self._current_item is not None:
+            if current is not None:
+                turn = self._turn.number if self._turn is not None else None
                 self._finish_item(
-                    self._current_item,
-                    TurnResult(self._turn_number, "error", f"agent failed: {self.failure!r}")
+                    current,
+                    TurnResult(turn, "error", f"agent failed: {self.failure!r}")
                     if self.failure is not None
-                    else TurnResult(self._turn_number, "disposed"),
+                    else TurnResult(turn, "disposed"),
                 )
             self._discard_queued()
-            if self.status != "failed":
-                self._set_status("disposed")
+            self._refresh_status()
             self._finished.set()
             self._on_finished(self)
 
     async def _run_item(self, item: TurnItem) -> None:
         # No checkpoint between receiving the item and owning its scope, so cancel() always
         # finds either nothing (the item still queued) or this scope.
-        scope = trio.CancelScope()
-        self._turn_scope = scope
-        self._cancel_reason = None
-        self._set_status("running")
-        turn = self.session.last_turn + 1
-        self._turn_number = turn
+        turn = self._turn = _Turn(item, self.session.last_turn + 1, len(self.session))
         trigger_kind = "message" if item.kind == "message" else item.kind
-        self._append("turn/start", TurnStart(turn, Trigger(trigger_kind, item.source)))
+        self._append("turn/start", TurnStart(turn.number, Trigger(trigger_kind, item.source)))
         reason: TurnEndReason | None = None
         error: BaseException | None = None
         reported: BaseException | None = None
+        scope = turn.scope
         try:
             with scope:
                 try:
-                    reason = await self._turn_body(item, turn)
+                    reason = await self._turn_body(turn)
                 except _TurnRejected as rejected:
                     reason = rejected.reason
                 except Exception as exc:
                     error = exc
                     reason = TurnEndReason(
                         "error",
-                        step=self._step_number,
+                        step=turn.steps,
                         message=f"{type(exc).__name__}: {exc}",
                         code=getattr(exc, "code", None),
                     )
@@ -470,34 +602,59 @@ class LoopActor:
             # cancelled turn gets here: it ends aborted/disposed and the error is not reported.
             if not scope.cancel_called:
                 raise
-            log.debug("turn %d of %s: error while cancelling: %r", turn, self.session.id, exc)
+            log.debug("turn %d of %s: error while cancelling: %r", turn.number, self.id, exc)
         finally:
             # Retire the scope first: a cancel from here on does nothing to this turn.
-            self._turn_scope = None
+            turn.retired = True
             if scope.cancel_called or reason is None:
                 # reason is None without our scope cancelled: an outer cancellation (shutdown).
                 outer = not scope.cancel_called
                 reason = TurnEndReason(
                     "disposed" if self._disposing or outer else "aborted",
-                    reason=self._cancel_reason,
+                    reason=turn.cancel_reason,
                 )
             else:
                 reported = error
             with trio.CancelScope(shield=True):
-                self._close_open_step()
-                self._append("turn/end", TurnEnd(turn, reason))
-                self._turn_number = None
+                self._close_open_step(turn)
+                self._append("turn/end", TurnEnd(turn.number, reason))
+                self._turn = None
                 await self._flush()
         if reported is not None:
             # After the turn is closed, so what a listener injects cannot land mid-batch.
-            log.warning("turn %d of %s failed: %r", turn, self.session.id, reported)
+            log.warning("turn %d of %s failed: %r", turn.number, self.id, reported)
             self.notify("agent/error", reported)
         if self._steering and not self._closed and self._outstanding <= 1:
             # Steering that arrived in the turn's last step has no next step to join: like a
             # steer on an idle agent, it starts the next turn (the rest joins its first step).
             content, source = self._steering.pop(0)
             self._enqueue_nowait(TurnItem("message", content, source))
-        self._finish_item(item, TurnResult(turn, reason.kind, reason.message or reason.reason))  # type: ignore[arg-type]
+        self._finish_item(item, self._result_of(turn, reason))
+
+    def _result_of(self, turn: _Turn, reason: TurnEndReason) -> TurnResult:
+        """The closed turn's result: its reply, and the usage of every model call in it."""
+        events = self.session.events_since(turn.first_seq)
+        reply = next(
+            (
+                Message("assistant", event.data.content)
+                for event in reversed(events)
+                if isinstance(event.data, AssistantMessage) and event.data.content
+            ),
+            None,
+        )
+        return TurnResult(
+            turn.number,
+            reason.kind,  # type: ignore[arg-type]
+            reason.message or reason.reason,
+            reply,
+            usage_of(events).total,
+            turn.steps,
+            reason.code,
+        )
+
+    @property
+    def id(self) -> str:
+        return self.session.id
 
     # ------------------------------------------------------------------ appends
 
@@ -555,30 +712,23 @@ class LoopActor:
 
     # ------------------------------------------------------------------ the turn
 
-    async def _turn_body(self, item: TurnItem, turn: int) -> TurnEndReason:
-        self._step_state = None
-        self._step_number = 0
-        self._overflow_retries = 0
+    async def _turn_body(self, turn: _Turn) -> TurnEndReason:
+        item = turn.item
         if item.kind == "injection":
             self._append_context(ContextItem(item.content, item.source, item.meta))
             return TurnEndReason("completed")
         if item.kind == "compaction":
             await self._manual_compaction()
             return TurnEndReason("completed")
-        await self._submit_prompt(item, turn)
-        step = 0
+        await self._submit_prompt(item, turn.number)
         while True:
-            step += 1
-            self._step_number = step
-            outcome = await self._step(turn, step)
-            if outcome is not None:
-                return outcome
+            turn.steps += 1
+            outcome = await self._step(turn, turn.steps)
+            if isinstance(outcome, EndTurn):
+                return outcome.reason
 
     async def _submit_prompt(self, item: TurnItem, turn: int) -> None:
-        decision = await self._waterfall(
-            "prompt/submit", PromptSubmit(turn, item.content, item.source)
-        )
-        await trio.lowlevel.checkpoint_if_cancelled()
+        decision = await self._seam("prompt/submit", PromptSubmit(turn, item.content, item.source))
         if isinstance(decision, PromptSubmit):
             decision = Allow(decision.content if decision.content != item.content else None)
         if isinstance(decision, Block):
@@ -594,54 +744,55 @@ class LoopActor:
             self._append_context(extra)
 
     async def _assemble(self) -> tuple[str, tuple[ToolSchema, ...]]:
-        sections = await self._waterfall("system-prompt/assemble", ())
+        """The full system prompt and the tools of this step (`system-prompt/assemble`)."""
+        sections = await self._seam("system-prompt/assemble", ())
         system = _render_system(self.options.system, sections)
         tools = order_tools((tool.schema for tool in self.options.tools), self.options.tool_order)
         self.current_tools = tools
         return system, tools
 
-    async def _compose_prefix(self) -> tuple[Message, ...]:
-        composed = await self._waterfall("agent/session-prefix", ())
-        # A listener may have cancelled and returned normally: this checkpoint raises, and the
-        # composition is dropped before anything caches, logs or sends it.
-        await trio.lowlevel.checkpoint_if_cancelled()
-        messages = as_message_tuple(composed, "agent/session-prefix")
-        detached = structure_as(
-            freeze_json(unstructure(messages), "$.session_prefix"), tuple[Message, ...]
-        )
-        return tuple(detached)
+    async def _session_prefix(self) -> tuple[Message, ...]:
+        """This instance's frozen session prefix, composed on first use.
 
-    async def _step(self, turn: int, step: int) -> TurnEndReason | None:
+        The composition seam checks for a cancel before anything is kept: a composition
+        that a cancel or dispose interrupted is discarded (never cached, logged or sent),
+        and the next turn composes again.
+        """
+        if self.session_prefix is None:
+            composed = await self._seam("agent/session-prefix", ())
+            messages = as_message_tuple(composed, "agent/session-prefix")
+            detached = structure_as(
+                freeze_json(unstructure(messages), "$.session_prefix"), tuple[Message, ...]
+            )
+            self.session_prefix = tuple(detached)
+            self._prefix_chain = chain_of(self.session_prefix)
+        return self.session_prefix
+
+    async def _step(self, turn: _Turn, number: int) -> StepOutcome:
         for content, source in self._steering:
-            self._append("steering/message", SteeringMessage(turn, content, source), surface=True)
+            self._append(
+                "steering/message", SteeringMessage(turn.number, content, source), surface=True
+            )
         self._steering.clear()
 
         system, tools = await self._assemble()
-        await trio.lowlevel.checkpoint_if_cancelled()
+        prefix = await self._session_prefix()
 
-        if self.session_prefix is None:
-            self.session_prefix = await self._compose_prefix()
-            self._prefix_chain = chain_of(self.session_prefix)
-        prefix = self.session_prefix
-
-        await run_serial(
-            self._chain("agent/pre-step"), self.agent, PreStep(turn, step, system, prefix)
-        )
+        await self._serial_seam("agent/pre-step", PreStep(turn.number, number, system, prefix))
         if self._compactor is not None and self.options.compaction.auto:
-            await self._compactor.compact_if_needed(self, system, prefix, self._require_scope())
-        await trio.lowlevel.checkpoint_if_cancelled()
+            await self._compactor.compact_if_needed(self, system, prefix, turn.scope)
+            await self._observers_may_have_cancelled()
 
         boundary = self.session.derive_messages()
         history_chain = self.session.history_chain()
-        self._append("step/start", StepStart(turn, step))
-        state = self._step_state = _StepState(turn, step)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        self._append("step/start", StepStart(turn.number, number))
+        step = turn.step = _Step(turn.number, number)
+        await self._observers_may_have_cancelled()
 
         seed = self.options.call_config() if not self.logged_header else self._folded_config()
-        config = await self._waterfall("agent/request", seed)
+        config = await self._seam("agent/request", seed)
         if not isinstance(config, LlmCallConfig):
             raise TypeError(f"agent/request returned {type(config).__name__}, not LlmCallConfig")
-        await trio.lowlevel.checkpoint_if_cancelled()
 
         header = canonical(EpochHeader(config, system, tools, prefix))
         self._record_header(header)
@@ -660,12 +811,17 @@ class LoopActor:
         chunk_seqs: list[int] = []
         failure: ErrorInfo | None = None
         try:
-            async for chunk in self.provider.stream(request):
-                chunk_seqs.append(
-                    self._append("assistant/chunk", AssistantChunk(turn, step, chunk)).seq
-                )
-                assembler.feed(chunk)
-                await trio.lowlevel.checkpoint_if_cancelled()
+            # Closed before anything is appended after the stream: the provider's cleanup
+            # runs inside the step, on completion, error and cancel alike.
+            async with opened_stream(self.provider, request) as stream:
+                async for chunk in stream:
+                    chunk_seqs.append(
+                        self._append(
+                            "assistant/chunk", AssistantChunk(turn.number, number, chunk)
+                        ).seq
+                    )
+                    assembler.feed(chunk)
+                    await self._observers_may_have_cancelled()
         except ProviderError as exc:
             failure = ErrorInfo(str(exc), exc.code)
         if failure is None:
@@ -679,7 +835,7 @@ class LoopActor:
                     "provider reported an error", ErrorCode.PROVIDER_ERROR
                 )
         if failure is not None:
-            return await self._request_failed(state, failure)
+            return await self._request_failed(turn, step, failure)
 
         assert assembler.finish is not None
         max_tokens = assembler.finish.kind == "max-tokens"
@@ -687,50 +843,51 @@ class LoopActor:
         if not max_tokens and any(isinstance(block, ToolCall) for block in content):
             # From the tool-requesting message on, contexts wait for the batch's last result:
             # an observer of this very append may inject, and must not split call from result.
-            self._tool_batch = []
+            turn.tool_batch = []
         self._append(
             "assistant/message",
             AssistantMessage(
-                turn, step, content, self.provider.name, config.model, assembler.usage, digest
+                turn.number,
+                number,
+                content,
+                self.provider.name,
+                config.model,
+                assembler.usage,
+                digest,
             ),
             surface=True,
             sources=tuple(chunk_seqs),
         )
-        state.requested = tuple(block for block in content if isinstance(block, ToolCall))
-        await trio.lowlevel.checkpoint_if_cancelled()
+        step.requested = tuple(block for block in content if isinstance(block, ToolCall))
+        await self._observers_may_have_cancelled()
         if max_tokens:
-            self._end_step()
-            return TurnEndReason("max-tokens")
+            self._end_step(turn)
+            return EndTurn(TurnEndReason("max-tokens"))
 
-        if state.requested:
-            await self._run_tools(state)
+        if step.requested:
+            await self._run_tools(turn, step)
 
-        self._end_step()
+        self._end_step(turn)
         # An observer of tool/result, context/message or step/end may have cancelled: the
         # continuation seam does not run for a cancelled turn.
-        await trio.lowlevel.checkpoint_if_cancelled()
-        decision = await self._waterfall(
+        await self._observers_may_have_cancelled()
+        decision = await self._seam(
             "agent/turn-continuation",
             Continuation(
-                turn,
-                step,
-                had_tool_calls=bool(state.requested),
+                turn.number,
+                number,
+                had_tool_calls=bool(step.requested),
                 steering_pending=bool(self._steering),
-                continue_turn=bool(state.requested) or bool(self._steering),
+                continue_turn=bool(step.requested) or bool(self._steering),
             ),
         )
         if not isinstance(decision, Continuation):
             raise TypeError("agent/turn-continuation must return a Continuation")
-        await trio.lowlevel.checkpoint_if_cancelled()
         if not decision.continue_turn:
-            return TurnEndReason("completed")
+            return EndTurn(TurnEndReason("completed"))
         if decision.reason:
             self._steering.append(((Text(decision.reason),), Source.of_plugin("turn-continuation")))
-        return None
-
-    def _require_scope(self) -> trio.CancelScope:
-        assert self._turn_scope is not None
-        return self._turn_scope
+        return NextStep()
 
     def _folded_config(self) -> LlmCallConfig:
         header = self.session.header()
@@ -754,104 +911,103 @@ class LoopActor:
         else:
             self._append("request/header-delta", delta)
 
-    def _end_step(self) -> None:
-        state = self._step_state
-        if state is not None and self.session.open_step is not None:
-            self._append("step/end", StepEnd(state.turn, state.step))
-        self._step_state = None
+    def _end_step(self, turn: _Turn) -> None:
+        step = turn.step
+        if step is not None and self.session.open_step is not None:
+            self._append("step/end", StepEnd(step.turn, step.number))
+        turn.step = None
 
-    async def _request_failed(self, state: _StepState, failure: ErrorInfo) -> TurnEndReason | None:
-        self._end_step()
+    async def _request_failed(self, turn: _Turn, step: _Step, failure: ErrorInfo) -> StepOutcome:
+        self._end_step(turn)
         retry = False
         if (
             failure.code == ErrorCode.CONTEXT_WINDOW_EXCEEDED
             and self._compactor is not None
-            and self._overflow_retries < self.options.compaction.max_overflow_retries
+            and turn.overflow_retries < self.options.compaction.max_overflow_retries
             and self.session_prefix is not None
         ):
-            self._overflow_retries += 1
+            turn.overflow_retries += 1
             system, _tools = await self._assemble()
             retry = await self._compactor.compact_now(
-                self, system, self.session_prefix, self._require_scope(), retain_zero=True
+                self, system, self.session_prefix, turn.scope, retain_zero=True
             )
-        decision = await self._waterfall(
+        decision = await self._seam(
             "agent/request-error",
-            RequestFailure(state.turn, state.step, failure, attempt=state.step, retry=retry),
+            RequestFailure(step.turn, step.number, failure, attempt=step.number, retry=retry),
         )
         if isinstance(decision, RequestFailure) and decision.retry:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            return None
-        return TurnEndReason("error", step=state.step, message=failure.message, code=failure.code)
+            return NextStep()
+        return EndTurn(
+            TurnEndReason("error", step=step.number, message=failure.message, code=failure.code)
+        )
 
     # ------------------------------------------------------------------ tools
 
-    async def _run_tools(self, state: _StepState) -> None:
-        for call in state.requested:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            await self._run_one_tool(state, call)
+    async def _run_tools(self, turn: _Turn, step: _Step) -> None:
+        for call in step.requested:
+            await self._observers_may_have_cancelled()
+            await self._run_one_tool(turn, step, call)
         # On a cancel or error the batch stays open: the cleanup writes the missing results
         # first, then these contexts.
-        self._flush_tool_batch()
+        self._flush_tool_batch(turn)
 
-    def _flush_tool_batch(self) -> None:
-        batch, self._tool_batch = self._tool_batch, None
+    def _flush_tool_batch(self, turn: _Turn) -> None:
+        batch, turn.tool_batch = turn.tool_batch, None
         for item in batch or ():
             self._append_context(item)
 
-    async def _run_one_tool(self, state: _StepState, call: ToolCall) -> None:
-        info = ToolCallInfo(state.turn, state.step, call.id, call.name, call.arguments)
-        decision = await self._waterfall("tools/pre-execute", info)
-        await trio.lowlevel.checkpoint_if_cancelled()
+    async def _run_one_tool(self, turn: _Turn, step: _Step, call: ToolCall) -> None:
+        info = ToolCallInfo(step.turn, step.number, call.id, call.name, call.arguments)
+        decision = await self._seam("tools/pre-execute", info)
         if isinstance(decision, Deny):
-            self._log_call(state, info)
+            self._log_call(step, info)
             self._log_result(
-                state,
+                step,
                 _error_outcome(info, ErrorCode.TOOL_DENIED, f"Tool call denied: {decision.reason}"),
             )
             return
         if isinstance(decision, ToolCallInfo):
             info = decision
-        self._log_call(state, info)
+        self._log_call(step, info)
         await self._flush()
-        outcome = await self._execute(state, info)
-        outcome = await self._waterfall("tools/post-execute", outcome)
-        # A listener may have cancelled and returned normally: drop its rewrite and context;
-        # the cleanup writes the tool's real result (it finished).
-        await trio.lowlevel.checkpoint_if_cancelled()
+        outcome = await self._execute(turn, step, info)
+        # A listener may have cancelled and returned normally: the seam drops its rewrite
+        # and context; the cleanup writes the tool's real result (it finished).
+        outcome = await self._seam("tools/post-execute", outcome)
         if not isinstance(outcome, ToolOutcome):
             raise TypeError("tools/post-execute must return a ToolOutcome")
-        self._log_result(state, outcome)
-        assert self._tool_batch is not None
-        self._tool_batch.extend(
+        self._log_result(step, outcome)
+        assert turn.tool_batch is not None
+        turn.tool_batch.extend(
             item if isinstance(item, ContextItem) else ContextItem((Text(item),))
             for item in outcome.additional_context
         )
 
-    def _log_call(self, state: _StepState, info: ToolCallInfo) -> None:
+    def _log_call(self, step: _Step, info: ToolCallInfo) -> None:
         event = self._append(
             "tool/call",
-            ToolCallEvent(state.turn, state.step, info.call_id, info.name, info.arguments),
+            ToolCallEvent(step.turn, step.number, info.call_id, info.name, info.arguments),
         )
-        state.logged_calls[info.call_id] = event.seq
+        step.logged_calls[info.call_id] = event.seq
 
-    def _log_result(self, state: _StepState, outcome: ToolOutcome) -> None:
+    def _log_result(self, step: _Step, outcome: ToolOutcome) -> None:
         self._append(
             "tool/result",
             ToolResultEvent(
-                state.turn,
-                state.step,
+                step.turn,
+                step.number,
                 outcome.call_id,
                 outcome.content,
                 outcome.is_error,
                 outcome.error,
             ),
             surface=True,
-            sources=(state.logged_calls[outcome.call_id],),
+            sources=(step.logged_calls[outcome.call_id],),
         )
-        state.answered.add(outcome.call_id)
+        step.answered.add(outcome.call_id)
 
-    async def _execute(self, state: _StepState, info: ToolCallInfo) -> ToolOutcome:
-        def failed(code: str, message: str) -> ToolOutcome:
+    async def _execute(self, turn: _Turn, step: _Step, info: ToolCallInfo) -> ToolOutcome:
+        def failed(code: ErrorCode, message: str) -> ToolOutcome:
             return _error_outcome(info, code, message)
 
         tool = self.options.tool_map().get(info.name)
@@ -863,36 +1019,36 @@ class LoopActor:
             return failed(ErrorCode.INVALID_ARGUMENTS, f"Arguments are not valid JSON: {exc}")
         if not isinstance(args, dict):
             return failed(ErrorCode.INVALID_ARGUMENTS, "Arguments must be a JSON object.")
-        ctx = ToolContext(self.agent, info.call_id, self._require_scope(), state.turn, state.step)
-        state.started.add(info.call_id)
+        ctx = ToolContext(self.agent, info.call_id, turn.scope, step.turn, step.number)
+        step.started.add(info.call_id)
         try:
             output = await tool.execute(args, ctx)
             content = _tool_text(output)
         except Exception as exc:
             return failed(ErrorCode.TOOL_FAILED, f"{type(exc).__name__}: {exc}")
         outcome = ToolOutcome(
-            state.turn, state.step, info.call_id, info.name, info.arguments, content
+            step.turn, step.number, info.call_id, info.name, info.arguments, content
         )
-        state.finished[info.call_id] = outcome
+        step.finished[info.call_id] = outcome
         return outcome
 
     # ------------------------------------------------------------------ cleanup
 
-    def _close_open_step(self) -> None:
+    def _close_open_step(self, turn: _Turn) -> None:
         """After a cancel or error: results for every requested call, contexts, step/end."""
-        state = self._step_state
-        if state is None or self.session.open_step is None:
-            self._step_state = None
+        step = turn.step
+        if step is None or self.session.open_step is None:
+            turn.step = None
             return
-        for call in state.requested:
-            if call.id in state.answered:
+        for call in step.requested:
+            if call.id in step.answered:
                 continue
-            info = ToolCallInfo(state.turn, state.step, call.id, call.name, call.arguments)
-            if call.id not in state.logged_calls:
-                self._log_call(state, info)
-            if call.id in state.finished:
-                outcome = state.finished[call.id]
-            elif call.id in state.started:
+            info = ToolCallInfo(step.turn, step.number, call.id, call.name, call.arguments)
+            if call.id not in step.logged_calls:
+                self._log_call(step, info)
+            if call.id in step.finished:
+                outcome = step.finished[call.id]
+            elif call.id in step.started:
                 outcome = _error_outcome(
                     info, ErrorCode.TOOL_CANCELLED, "The tool call was cancelled while running."
                 )
@@ -902,9 +1058,9 @@ class LoopActor:
                     ErrorCode.TOOL_ABORTED_BEFORE_DISPATCH,
                     "The turn was cancelled before this tool call started.",
                 )
-            self._log_result(state, evolve(outcome, additional_context=()))
-        self._flush_tool_batch()
-        self._end_step()
+            self._log_result(step, evolve(outcome, additional_context=()))
+        self._flush_tool_batch(turn)
+        self._end_step(turn)
 
     # ------------------------------------------------------------------ compaction
 
@@ -912,7 +1068,7 @@ class LoopActor:
         if self._compactor is None:
             raise RuntimeError("this runtime has no compactor")
         system, _tools = await self._assemble()
-        if self.session_prefix is None:
-            self.session_prefix = await self._compose_prefix()
-            self._prefix_chain = chain_of(self.session_prefix)
-        await self._compactor.compact_now(self, system, self.session_prefix, self._require_scope())
+        prefix = await self._session_prefix()
+        turn = self._turn
+        assert turn is not None
+        await self._compactor.compact_now(self, system, prefix, turn.scope)

@@ -66,7 +66,7 @@ SYSTEM = (
 
 def _prefix() -> tuple[Message, ...]:
     """Three contributors (skill catalogue, AGENTS.md summary, workspace baseline) that
-    together cost PREFIX_TOKENS by the estimator of compaction-persistence.md §1."""
+    together cost PREFIX_TOKENS by the estimator of docs/spec/compaction.md §2."""
     rng = random.Random(3000)
     each = PREFIX_TOKENS // 3 - 8  # 4 per block + 4 per message
     titles = ("Skill catalogue", "AGENTS.md summary", "Workspace baseline")

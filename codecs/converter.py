@@ -82,7 +82,8 @@ def _structure_int(value: Any, _: type) -> int:
 def _structure_float(value: Any, _: type) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"expected a number, got {type(value).__name__}")
-    # Same discipline as freeze_json (§7): no non-finite values, no negative zero.
+    # Same discipline as freeze_json (docs/spec/session-log.md §9.2): no non-finite values,
+    # no negative zero.
     _check_scalar(value, "$")
     return float(value)
 
@@ -133,7 +134,8 @@ def _build_converter() -> cattrs.Converter:
         tag_generator=OP_TAGS.__getitem__,
         tag_name="op",
     )
-    # §3 canonical form: an empty system, tools or message_prefix is absent (key omitted).
+    # Canonical form (docs/spec/session-log.md §6.3): an empty system, tools or message_prefix
+    # is absent (key omitted).
     header_hook = conv.get_unstructure_hook(EpochHeader)
 
     def unstructure_header(header: EpochHeader) -> Any:

@@ -44,6 +44,7 @@ from actorloop.runtime.errors import (
     SubagentError,
     ToolOrderError,
     TransientProviderError,
+    TurnFailed,
     UnknownHookError,
     VerificationFailed,
     WorkloadError,
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
         TurnResult,
     )
     from actorloop.runtime.session import Session
+    from actorloop.runtime.usage import UsageTotals
 
 _LAZY = {
     "actorloop.runtime.agent": ("Agent",),
@@ -124,6 +126,7 @@ _LAZY = {
         "TurnResult",
     ),
     "actorloop.runtime.session": ("Session",),
+    "actorloop.runtime.usage": ("UsageTotals",),
 }
 
 __getattr__, __dir__ = lazy_exports(
@@ -200,8 +203,10 @@ __all__ = [
     "ToolResult",
     "ToolSchema",
     "TransientProviderError",
+    "TurnFailed",
     "TurnResult",
     "UnknownHookError",
+    "UsageTotals",
     "VerificationFailed",
     "WorkloadError",
     "max_tokens_reply",

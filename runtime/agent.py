@@ -10,18 +10,25 @@ from actorloop.runtime.messages import USER, Block, Content, Source, as_content
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.seams import TurnResult
 from actorloop.runtime.session import Session
+from actorloop.runtime.usage import UsageTotals, session_usage
 
 if TYPE_CHECKING:
     from actorloop.runtime.header import ToolSchema
 
 AgentStatus: TypeAlias = Literal["idle", "running", "disposed", "failed"]
+"""`idle`: no work outstanding. `running`: a turn runs or work is queued. `disposed`: it takes
+no more work (disposed, or its runtime closed). `failed`: its loop crashed (see
+`agent/error`); the session stays resumable."""
+
 SourceSpec: TypeAlias = str | Source | None
+"""Who produced a message: a plugin name, a `Source`, or None for the default."""
 
 
 class LoopHandle(Protocol):
     """What an Agent needs from its loop instance (implemented by actors.loop.LoopActor)."""
 
     status: AgentStatus
+    options: AgentOptions
     current_tools: tuple[ToolSchema, ...]
 
     async def send(self, content: Content, source: Source) -> TurnResult: ...
@@ -29,6 +36,10 @@ class LoopHandle(Protocol):
     def steer(self, content: Content, source: Source) -> None: ...
 
     def inject(self, content: Content, source: Source, meta: Mapping[str, Any] | None) -> None: ...
+
+    async def deliver(
+        self, content: Content, source: Source, meta: Mapping[str, Any] | None
+    ) -> None: ...
 
     def cancel(self, reason: str | None, keep_inbox: bool) -> None: ...
 
@@ -40,6 +51,7 @@ class LoopHandle(Protocol):
 
 
 def as_source(source: SourceSpec, default: Source) -> Source:
+    """A `Source` from what callers pass: None (the default), a plugin name or a Source."""
     if source is None:
         return default
     if isinstance(source, Source):
@@ -50,20 +62,33 @@ def as_source(source: SourceSpec, default: Source) -> Source:
 
 
 class Agent:
-    """One live agent: `id` is its session id; lineage is on `session.meta`."""
+    """One live agent: a loop instance over one session.
 
-    def __init__(self, session: Session, options: AgentOptions, loop: LoopHandle) -> None:
+    `id` is its session id; lineage (`parent_session`, `seed_length`) is on `session.meta`.
+    Get one from `Runtime.spawn`, `Runtime.resume` or `Runtime.fork`; it stays usable until
+    it is disposed (explicitly, or when its runtime closes) or its loop fails.
+    """
+
+    def __init__(self, session: Session, loop: LoopHandle) -> None:
         self.session = session
-        self.options = options
+        """The session log: `events`, `derive_messages()`, `header()`, `meta`."""
         self.hooks = HookRegistry()
+        """This agent's own listeners (`on()` adds to it); they run after runtime-wide ones."""
         self._loop = loop
 
     @property
     def id(self) -> str:
+        """The session id."""
         return self.session.id
 
     @property
+    def options(self) -> AgentOptions:
+        """The options this loop instance runs with (read-only)."""
+        return self._loop.options
+
+    @property
     def status(self) -> AgentStatus:
+        """`idle`, `running`, `disposed` or `failed` (see `AgentStatus`)."""
         return self._loop.status
 
     @property
@@ -72,15 +97,29 @@ class Agent:
         return self._loop.current_tools
 
     def on(self, name: str, listener: Listener) -> Unsubscribe:
-        """Subscribe a listener for this agent only; returns an unsubscribe callable."""
+        """Subscribe `listener` to the hook `name` for this agent only; returns a callable
+        that unsubscribes it. Listener shapes per hook kind are in docs/hooks.md."""
         return self.hooks.on(name, listener)
 
     async def send(
         self, content: str | Content | list[Block], *, source: SourceSpec = None
     ) -> TurnResult:
+        """Queue one turn with `content` as its user message and wait until it ends.
+
+        Waits while the inbox is full (backpressure). Returns the `TurnResult`; a message
+        dropped before its turn starts (by `cancel()` or `dispose()`) returns
+        `TurnResult(turn=None, reason="discarded")` — it never hangs. Raises `AgentClosed`
+        once the agent is disposed or failed.
+        """
         return await self._loop.send(as_content(content), as_source(source, USER))
 
     def steer(self, content: str | Content | list[Block], *, source: SourceSpec = None) -> None:
+        """Redirect the running turn: `content` becomes a `steering/message` at the start of
+        its next step. On an idle agent it starts a turn, like `send` (without waiting).
+
+        Steering differs from `inject` in that it is a user instruction that makes the turn
+        continue; raises `InboxFull` if it must be queued and the inbox is full.
+        """
         self._loop.steer(as_content(content), as_source(source, USER))
 
     def inject(
@@ -89,19 +128,57 @@ class Agent:
         source: SourceSpec = "plugin",
         meta: Mapping[str, Any] | None = None,
     ) -> None:
+        """Add context to the conversation as a durable `context/message`.
+
+        During a turn it is appended now (or, during a tool batch, right after the batch's
+        last result, never between a call and its result); on an idle agent it is recorded
+        in a one-shot `injection` turn that calls no model. It does not by itself make the
+        model answer. Non-JSON `content`/`meta` raise at the call; `InboxFull` if it must be
+        queued and the inbox is full.
+        """
         self._loop.inject(as_content(content), as_source(source, USER), meta)
 
+    async def deliver(
+        self,
+        content: str | Content | list[Block],
+        source: SourceSpec = "plugin",
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`inject` for producers that must not lose their content: when it has to be
+        queued and the inbox is full, wait for room (backpressure) instead of raising
+        `InboxFull`. Returns once the context is logged or queued."""
+        await self._loop.deliver(as_content(content), as_source(source, USER), meta)
+
     def cancel(self, reason: str | None = None, keep_inbox: bool = False) -> None:
+        """Cancel the running turn (it ends `aborted`, with `reason` if it is the first).
+
+        Without `keep_inbox`, queued turns and pending steering are discarded too (never
+        logged; their `send()` returns `discarded`) and background work the agent owns
+        (background subagents) is cancelled. With `keep_inbox=True` only the running turn
+        is cancelled and the next queued item runs. On an idle agent with nothing queued it
+        does nothing and leaves no mark: the next send runs normally.
+        """
         self._loop.cancel(reason, keep_inbox)
 
     async def dispose(self) -> None:
+        """Stop the agent for good: the running turn ends `disposed`, queued work never
+        starts, background work is cancelled, the log is flushed. Later calls that take
+        work raise `AgentClosed`. Returns once the loop has ended; idempotent."""
         await self._loop.dispose()
 
     async def wait_idle(self) -> None:
+        """Wait until no turn runs and nothing is queued. Awaited from inside the agent's
+        own turn (a tool or a listener) it cannot return: await it from outside."""
         await self._loop.wait_idle()
 
+    def usage(self) -> UsageTotals:
+        """The tokens this session's model and summarizer calls used, from its log (a fork
+        child's seed is its parent's usage and is not counted again)."""
+        return session_usage(self.session.meta, self.session.events)
+
     async def compact(self) -> TurnResult:
-        """Compact now (idle agents only), recorded as a one-shot `compaction` turn."""
+        """Compact now, recorded as a one-shot turn (`turn/start{trigger: compaction}` …
+        `turn/end`); queued like a send. Without a compactor the turn ends `error`."""
         return await self._loop.compact()
 
     def __repr__(self) -> str:

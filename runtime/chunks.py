@@ -28,6 +28,7 @@ class TokenUsage:
 
     @property
     def prompt_total(self) -> int:
+        """Billed input: uncached input plus cache reads and writes."""
         return self.input + self.cache_read + self.cache_write
 
     def __add__(self, other: TokenUsage) -> TokenUsage:

@@ -19,9 +19,10 @@ keep working)::
     ├── ContentError                   [TypeError] content is not a str or a tuple of blocks
     ├── JsonValueError                 [ValueError] a value has no lossless JSON form
     ├── ToolOrderError                 [ValueError] `tool_order` names an unknown tool
-    ├── AgentError                     a call on an agent handle was refused
+    ├── AgentError                     a call on an agent handle was refused or failed
     │   ├── AgentClosed                the agent was disposed or failed
-    │   └── InboxFull                  a synchronous enqueue met a full inbox
+    │   ├── InboxFull                  a synchronous enqueue met a full inbox
+    │   └── TurnFailed                 `TurnResult.raise_for_error()` on an `error` turn
     ├── RuntimeClosed                  the runtime is shutting down; it starts nothing
     ├── ProviderNotConfigured          [LookupError] no provider of that name in the runtime
     ├── ProviderSpecError              [ValueError] a provider spec string names nothing known
@@ -48,12 +49,13 @@ code actorloop writes is a member of it, so one grep finds every place that uses
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 
 class ErrorCode(StrEnum):
     """Stable error codes. Members compare equal to their plain string value."""
 
-    # fork refusals (SessionForkError.code) — docs/spec/fork-resume.md
+    # fork refusals (SessionForkError.code) — docs/spec/fork-resume.md §5
     INVALID_BOUNDARY = "INVALID_BOUNDARY"
     OPEN_TURN = "OPEN_TURN"
     SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
@@ -220,6 +222,15 @@ class AgentClosed(AgentError):
 
 class InboxFull(AgentError):
     """A synchronous enqueue (`steer`, `inject`) found the bounded inbox full."""
+
+
+class TurnFailed(AgentError):
+    """A turn ended `error`; `result` is its `TurnResult` (message, code, step count)."""
+
+    def __init__(self, result: Any) -> None:
+        code = f" [{result.code}]" if getattr(result, "code", None) else ""
+        super().__init__(f"turn {result.turn} failed{code}: {result.message}")
+        self.result = result
 
 
 class RuntimeClosed(ActorloopError):

@@ -37,6 +37,8 @@ class LlmCallConfig:
 
 @frozen
 class ToolSchema:
+    """A tool as the request header records it: name, description, argument schema."""
+
     name: str
     description: str = ""
     parameters: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
@@ -44,7 +46,7 @@ class ToolSchema:
 
 @frozen
 class EpochHeader:
-    """The request-wide state a step's request is built from (session-log.md §3).
+    """The request-wide state a step's request is built from (docs/spec/session-log.md §6.2).
 
     Canonical form: empty `system`, `tools` or `message_prefix` is None (absent).
     """

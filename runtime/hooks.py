@@ -9,16 +9,53 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
-from typing import Any, Literal, TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
 
 from actorloop.runtime.errors import HookError, UnknownHookError
+
+if TYPE_CHECKING:
+    from actorloop.runtime.agent import Agent
 
 log = logging.getLogger("actorloop.hooks")
 
 HookKind: TypeAlias = Literal["waterfall", "serial", "notify"]
-Listener: TypeAlias = Callable[..., Any]
 Unsubscribe: TypeAlias = Callable[[], None]
+
+V = TypeVar("V")
+V_contra = TypeVar("V_contra", contravariant=True)
+
+
+class Next(Protocol[V]):
+    """The `next` a waterfall listener gets: the downstream value (at most one call);
+    `next(replacement)` passes a different value down."""
+
+    def __call__(self, replacement: V = ..., /) -> Awaitable[V]: ...
+
+
+class WaterfallListener(Protocol[V]):
+    """`async def listener(agent, value, next) -> value`: return the (new) value; the value
+    passed in is frozen. Runs inside the turn's cancel scope."""
+
+    def __call__(self, agent: Agent, value: V, next: Next[V], /) -> Awaitable[V] | V: ...
+
+
+class SerialListener(Protocol[V_contra]):
+    """`async def listener(agent, value) -> None`, awaited in order inside the turn's cancel
+    scope."""
+
+    def __call__(self, agent: Agent, value: V_contra, /) -> Awaitable[None] | None: ...
+
+
+class NotifyListener(Protocol[V_contra]):
+    """`def listener(agent, value) -> None`, called synchronously; a raised exception is
+    logged and contained. Must not be async."""
+
+    def __call__(self, agent: Agent, value: V_contra, /) -> None: ...
+
+
+Listener: TypeAlias = WaterfallListener[Any] | SerialListener[Any] | NotifyListener[Any]
+"""Any listener; docs/hooks.md lists each hook with its kind and value type."""
 
 HOOK_KINDS: dict[str, HookKind] = {
     "agent/session-prefix": "waterfall",
@@ -38,19 +75,25 @@ HOOK_KINDS: dict[str, HookKind] = {
 
 
 class HookRegistry:
-    """Listeners by event name for one scope (the runtime, or one agent)."""
+    """Listeners by hook name for one scope (the runtime, or one agent)."""
 
     __slots__ = ("_listeners",)
 
     def __init__(self) -> None:
-        self._listeners: dict[str, list[Listener]] = {}
+        self._listeners: dict[str, list[Callable[..., Any]]] = {}
 
     def on(self, name: str, listener: Listener) -> Unsubscribe:
+        """Add `listener` for the hook `name`; returns a callable that removes it again."""
         if name not in HOOK_KINDS:
             raise UnknownHookError(name, ", ".join(sorted(HOOK_KINDS)))
         if not callable(listener):
             raise HookError(f"listener for {name!r} is not callable")
-        bucket = self._listeners.setdefault(name, [])
+        if HOOK_KINDS[name] == "notify" and _is_async(listener):
+            raise TypeError(
+                f"{name} is a notify event: its listeners are called synchronously and must "
+                f"be plain functions (def), not async ({listener!r})"
+            )
+        bucket: list[Callable[..., Any]] = self._listeners.setdefault(name, [])
         bucket.append(listener)
 
         def unsubscribe() -> None:
@@ -59,23 +102,33 @@ class HookRegistry:
 
         return unsubscribe
 
-    def get(self, name: str) -> list[Listener]:
+    def get(self, name: str) -> list[Callable[..., Any]]:
+        """The listeners of `name`, in registration order."""
         return self._listeners.get(name, [])
 
 
-def listeners_for(name: str, *registries: HookRegistry) -> tuple[Listener, ...]:
+Chain: TypeAlias = tuple[Callable[..., Any], ...]
+"""A dispatch chain: the listeners of one hook, in call order (their kind is the hook's)."""
+
+
+def listeners_for(name: str, *registries: HookRegistry) -> Chain:
     """The dispatch chain for `name`: a snapshot, so (un)subscribing mid-dispatch is safe."""
-    chain: list[Listener] = []
+    chain: list[Callable[..., Any]] = []
     for registry in registries:
         chain.extend(registry.get(name))
     return tuple(chain)
+
+
+def _is_async(listener: Callable[..., Any]) -> bool:
+    call = getattr(listener, "__call__", None)  # noqa: B004 - objects with an async __call__
+    return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call)
 
 
 async def _settle(result: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
 
 
-async def run_waterfall(name: str, chain: tuple[Listener, ...], agent: Any, value: Any) -> Any:
+async def run_waterfall(name: str, chain: Chain, agent: Any, value: Any) -> Any:
     """Run `chain` outermost-first; each listener gets `(agent, value, next)`.
 
     `await next()` returns the downstream value (optionally `next(new_value)` passes a
@@ -101,12 +154,13 @@ async def run_waterfall(name: str, chain: tuple[Listener, ...], agent: Any, valu
     return await call(0, value)
 
 
-async def run_serial(chain: tuple[Listener, ...], agent: Any, value: Any) -> None:
+async def run_serial(chain: Chain, agent: Any, value: Any) -> None:
+    """Await each listener in order with `(agent, value)`."""
     for listener in chain:
         await _settle(listener(agent, value))
 
 
-def run_notify(name: str, chain: tuple[Listener, ...], agent: Any, value: Any) -> None:
+def run_notify(name: str, chain: Chain, agent: Any, value: Any) -> None:
     """Call each listener synchronously; an exception is logged and contained."""
     for listener in chain:
         try:

@@ -1,5 +1,6 @@
-"""The reconstructability invariant (session-log.md §5): a loop-built request must equal what
-a fresh replay of the log rebuilds. Used as the outermost wrapper around provider calls."""
+"""The reconstructability invariant (docs/spec/session-log.md §8.3): a loop-built request must
+equal what a fresh replay of the log rebuilds. Used as the outermost wrapper around provider
+calls."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from actorloop.runtime.chunks import StreamChunk
 from actorloop.runtime.errors import InvariantViolation
 from actorloop.runtime.events import SessionEvent, StepStart
 from actorloop.runtime.header_algebra import canonical, fold
-from actorloop.runtime.providers.base import ModelInfo, Provider
+from actorloop.runtime.providers.base import ModelInfo, Provider, opened_stream
 from actorloop.runtime.request import Request
 from actorloop.runtime.session import Session
 
@@ -60,5 +61,6 @@ class InvariantCheckedProvider:
         if not request.one_shot:
             check_request(self._events_of(request.session_id), request)
             self.checks_passed += 1
-        async for chunk in self.inner.stream(request):
-            yield chunk
+        async with opened_stream(self.inner, request) as stream:
+            async for chunk in stream:
+                yield chunk

@@ -4,6 +4,7 @@ supervisor that owns every actor task in one trio nursery and contains their fai
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
@@ -67,15 +68,104 @@ def _is_cancellation(exc: BaseException) -> bool:
     return False
 
 
+class Mailbox(Generic[M]):
+    """A bounded FIFO of messages for one actor.
+
+    Like a trio memory channel (senders wait while it is full; after `close()` the actor
+    drains what is queued, then iteration ends), with one addition: a sender may
+    `withdraw` a message that is still queued, e.g. a caller that gave up before the
+    actor took its message. A message is taken by the actor atomically with the end of
+    its `receive`: it is either still queued (and can be withdrawn) or handed over.
+    """
+
+    __slots__ = ("_capacity", "_closed", "_queue", "_receivers", "_senders")
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._queue: deque[M] = deque()
+        self._closed = False
+        self._receivers = trio.lowlevel.ParkingLot()
+        self._senders = trio.lowlevel.ParkingLot()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send_nowait(self, message: M) -> None:
+        """Queue `message`; trio.WouldBlock when full, trio.ClosedResourceError when closed."""
+        if self._closed:
+            raise trio.ClosedResourceError("the mailbox is closed")
+        if len(self._queue) >= self._capacity:
+            raise trio.WouldBlock
+        self._queue.append(message)
+        self._receivers.unpark()
+
+    async def send(self, message: M) -> None:
+        """Queue `message`, waiting while the mailbox is full (a cancel queues nothing)."""
+        await trio.lowlevel.checkpoint()
+        while not self._closed and len(self._queue) >= self._capacity:
+            await self._senders.park()
+        self.send_nowait(message)
+
+    def withdraw(self, message: M) -> bool:
+        """Remove `message` (by identity) if it is still queued; whether it was."""
+        for index, queued in enumerate(self._queue):
+            if queued is message:
+                del self._queue[index]
+                self._senders.unpark()
+                return True
+        return False
+
+    def receive_nowait(self) -> M:
+        """The next message; trio.WouldBlock if none, trio.EndOfChannel once closed and
+        drained."""
+        if self._queue:
+            self._senders.unpark()
+            return self._queue.popleft()
+        if self._closed:
+            raise trio.EndOfChannel
+        raise trio.WouldBlock
+
+    async def receive(self) -> M:
+        """Wait for the next message; trio.EndOfChannel once closed and drained."""
+        await trio.lowlevel.checkpoint()
+        while not self._queue and not self._closed:
+            await self._receivers.park()
+        # No checkpoint between taking the message and returning it: whoever looks at the
+        # mailbox meanwhile sees it either queued or handed over, never in between.
+        return self.receive_nowait()
+
+    def close(self) -> None:
+        """No more sends; the actor still receives what is queued, then iteration ends."""
+        self._closed = True
+        self._receivers.unpark_all()
+        self._senders.unpark_all()
+
+    def __aiter__(self) -> Mailbox[M]:
+        return self
+
+    async def __anext__(self) -> M:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+
 class _Cell:
     """The supervisor's record of one actor: its mailbox, pending asks and end state."""
 
-    __slots__ = ("capacity", "ended", "failure", "name", "pending", "receive", "send")
+    __slots__ = ("ended", "failure", "mailbox", "name", "pending")
 
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
-        self.capacity = capacity
-        self.send, self.receive = trio.open_memory_channel[Any](capacity)
+        self.mailbox: Mailbox[Any] = Mailbox(capacity)
         self.pending: set[Reply[Any]] = set()
         self.failure: BaseException | None = None
         self.ended = trio.Event()
@@ -109,20 +199,24 @@ class ActorRef(Generic[M]):
     async def tell(self, message: M) -> None:
         """Enqueue `message`, waiting while the mailbox is full (backpressure)."""
         try:
-            await self._cell.send.send(message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._cell.mailbox.send(message)
+        except trio.ClosedResourceError:
             raise self._cell.stopped_error("is not taking messages") from self._cell.failure
 
     def tell_nowait(self, message: M) -> None:
         """Enqueue `message` now; raises InboxFull when the mailbox is full."""
         try:
-            self._cell.send.send_nowait(message)
+            self._cell.mailbox.send_nowait(message)
         except trio.WouldBlock:
             raise InboxFull(
-                f"actor {self.name!r} mailbox is full ({self._cell.capacity} messages)"
+                f"actor {self.name!r} mailbox is full ({self._cell.mailbox.capacity} messages)"
             ) from None
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except trio.ClosedResourceError:
             raise self._cell.stopped_error("is not taking messages") from self._cell.failure
+
+    def withdraw(self, message: M) -> bool:
+        """Take back `message` if the actor has not received it yet; whether it was queued."""
+        return self._cell.mailbox.withdraw(message)
 
     async def ask(self, make_message: Callable[[Reply[R]], M]) -> R:
         """Send a message carrying a fresh Reply and await the answer.
@@ -167,23 +261,23 @@ class Supervisor:
                 nursery.cancel_scope.cancel()
             supervisor._closed = True
             for cell in tuple(supervisor._cells.values()):
-                cell.send.close()
+                cell.mailbox.close()
         if body_error is not None:
             raise body_error
 
     def spawn(
         self,
         name: str,
-        body: Callable[[trio.MemoryReceiveChannel[M]], Awaitable[None]],
+        body: Callable[[Mailbox[M]], Awaitable[None]],
         *,
         capacity: int = 64,
     ) -> ActorRef[M]:
         """Start `body(mailbox)` as a supervised actor; `capacity` bounds its mailbox."""
         if self._closed:
             raise RuntimeError(f"cannot spawn {name!r}: the supervisor is closed")
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(
-                f"actor {name!r}: capacity must be an int >= 0 (mailboxes are bounded)"
+                f"actor {name!r}: capacity must be an int >= 1 (mailboxes are bounded)"
             )
         existing = self._cells.get(name)
         if existing is not None and not existing.ended.is_set():
@@ -196,22 +290,19 @@ class Supervisor:
     async def stop(self, ref: ActorRef[Any]) -> None:
         """Close the actor's mailbox (it drains what is queued) and wait for it to end."""
         cell = ref._cell
-        cell.send.close()
+        cell.mailbox.close()
         await cell.ended.wait()
 
-    async def _run(
-        self, cell: _Cell, body: Callable[[trio.MemoryReceiveChannel[Any]], Awaitable[None]]
-    ) -> None:
+    async def _run(self, cell: _Cell, body: Callable[[Mailbox[Any]], Awaitable[None]]) -> None:
         try:
-            async with cell.receive:
-                await body(cell.receive)
+            await body(cell.mailbox)
         except BaseException as exc:
             if _is_cancellation(exc) or not isinstance(exc, Exception):
                 raise
             cell.failure = exc
             self._report(cell.name, exc)
         finally:
-            cell.send.close()
+            cell.mailbox.close()
             cell.fail_pending()
             cell.ended.set()
             if self._cells.get(cell.name) is cell:

@@ -13,11 +13,15 @@ Role: TypeAlias = Literal["system", "user", "assistant"]
 
 @frozen
 class Text:
+    """A text block."""
+
     text: str
 
 
 @frozen
 class Reasoning:
+    """A reasoning block; `signature` is the provider's proof needed to send it back."""
+
     text: str
     signature: str | None = None
 
@@ -33,6 +37,8 @@ class ToolCall:
 
 @frozen
 class ToolResult:
+    """The answer to a tool call, as the model sees it in the next request."""
+
     tool_call_id: str
     content: tuple[Text, ...]
     is_error: bool = False
@@ -45,19 +51,24 @@ BLOCK_TYPES = (Text, Reasoning, ToolCall, ToolResult)
 
 @frozen
 class Message:
+    """One conversation message: a role and a tuple of content blocks."""
+
     role: Role
     content: Content
 
     @classmethod
     def user(cls, text: str) -> Message:
+        """A user message with one text block."""
         return cls("user", (Text(text),))
 
     @classmethod
     def assistant(cls, text: str) -> Message:
+        """An assistant message with one text block."""
         return cls("assistant", (Text(text),))
 
     @classmethod
     def system(cls, text: str) -> Message:
+        """A system-role message with one text block."""
         return cls("system", (Text(text),))
 
     @property
@@ -75,6 +86,7 @@ class Source:
 
     @classmethod
     def of_plugin(cls, name: str) -> Source:
+        """The source of messages a named plugin contributes."""
         return cls("plugin", name)
 
 

@@ -20,7 +20,7 @@ from actorloop.runtime.events import CompactionSummary, SessionEvent, TurnEnd
 from actorloop.runtime.messages import Message
 from actorloop.runtime.meta import SessionMeta
 from actorloop.runtime.options import AgentOptions, Tool, ToolContext
-from actorloop.runtime.providers.base import ModelInfo, Provider
+from actorloop.runtime.providers.base import ModelInfo, Provider, opened_stream
 from actorloop.runtime.providers.sim import SimProvider
 from actorloop.runtime.request import Request
 from actorloop.runtime.runtime import Runtime
@@ -109,8 +109,9 @@ class _TimedProvider:
         self.requests += 1
         began = time.perf_counter()
         try:
-            async for chunk in self.inner.stream(request):
-                yield chunk
+            async with opened_stream(self.inner, request) as stream:
+                async for chunk in stream:
+                    yield chunk
         finally:
             step = None if request.one_shot else self._open_steps(request.session_id)
             if step is not None:

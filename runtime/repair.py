@@ -1,5 +1,5 @@
-"""Crash-repair closers (session-log.md §8): a pure, deterministic function of a log that
-closes an open last turn."""
+"""Crash-repair closers (docs/spec/session-log.md §10.3): a pure, deterministic function of a
+log that closes an open last turn."""
 
 from __future__ import annotations
 

@@ -31,14 +31,17 @@ class Request:
 
     @property
     def model(self) -> str:
+        """The model the request is for."""
         return self.config.model
 
     @property
     def prefix(self) -> tuple[Message, ...]:
+        """The session prefix messages (request-only; never in the derived history)."""
         return self.messages[: self.prefix_length]
 
     @property
     def history(self) -> tuple[Message, ...]:
+        """The derived history: the boundary snapshot of the session's surface."""
         return self.messages[self.prefix_length :]
 
 

@@ -36,6 +36,7 @@ from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.session import Session, SessionMeta, new_session_id
 from actorloop.runtime.stored import fork_point
 from actorloop.runtime.stores.base import Store, open_store
+from actorloop.runtime.stores.ids import check_session_id
 from actorloop.runtime.telemetry import TelemetrySetting, Tracing, open_tracing
 
 log = logging.getLogger("actorloop.runtime")
@@ -96,8 +97,18 @@ class Runtime:
         compaction: bool = True,
         telemetry: TelemetrySetting = None,
     ) -> AsyncIterator[Runtime]:
-        """`telemetry`: OpenTelemetry spans (runtime/telemetry.py); by default on when
-        opentelemetry-api is importable, so the global tracer provider decides."""
+        """Open a runtime: `async with Runtime.open(...) as rt`.
+
+        `store` is a URL (`memory:`, `sqlite:PATH`, `jsonl:DIR`) or a `Store`; `provider`
+        becomes the default, `providers` adds named ones (an agent picks one with
+        `AgentOptions.provider`). `dev_invariants` checks every loop-built request against
+        a replay of the log before it is sent. `compactor`/`compaction` choose the
+        compaction gate (on by default). `telemetry`: OpenTelemetry spans
+        (runtime/telemetry.py); by default on when opentelemetry-api is importable, so the
+        global tracer provider decides. Leaving the block disposes every agent (running
+        turns end `disposed`), flushes and closes the store; errors come out as plain
+        typed exceptions.
+        """
         tracing = open_tracing(telemetry)
         all_providers: dict[str, Provider] = dict(providers or {})
         default_name: str | None = None
@@ -161,24 +172,29 @@ class Runtime:
     # ------------------------------------------------------------------ registry
 
     def get(self, agent_id: str) -> Agent | None:
+        """The live agent of session `agent_id` in this runtime, or None."""
         loop = self._loops.get(agent_id)
         return loop.agent if loop is not None else None
 
     @property
     def agents(self) -> tuple[Agent, ...]:
+        """Every live agent of this runtime."""
         return tuple(loop.agent for loop in self._loops.values())
 
     async def list_sessions(self) -> tuple[SessionMeta, ...]:
+        """The meta of every session in the store, live or not."""
         return await self.store.list()
 
     @property
     def invariant_checks(self) -> int:
+        """How many requests the dev invariant has checked and passed."""
         return sum(checked.checks_passed for checked in self._checked.values())
 
     def _events_of(self, session_id: str) -> Sequence[SessionEvent]:
         return self._loops[session_id].session.events
 
     def provider_for(self, options: AgentOptions) -> Provider:
+        """The provider `options` names (or the default); ProviderNotConfigured if none."""
         name = options.provider or self._default_provider
         if name is None or name not in self.providers:
             known = ", ".join(sorted(self.providers)) or "none"
@@ -192,7 +208,7 @@ class Runtime:
     async def spawn(self, options: AgentOptions, session_id: str | None = None) -> Agent:
         """A new agent on a new session."""
         self._refuse_closing()
-        session_id = session_id or new_session_id()
+        session_id = new_session_id() if session_id is None else check_session_id(session_id)
         provider = self.provider_for(options)
         self._refuse_live(session_id)
         meta = SessionMeta(session_id, labels=options.labels)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal, TypeAlias
 
-from attrs import frozen
+from attrs import field, frozen
 
 from actorloop.codecs.jsonvalue import FrozenDict
-from actorloop.runtime.chunks import ErrorInfo
+from actorloop.runtime.chunks import ErrorInfo, TokenUsage
+from actorloop.runtime.errors import TurnFailed
 from actorloop.runtime.events import ToolError
 from actorloop.runtime.messages import Content, Message, Source, Text
 
@@ -37,17 +38,25 @@ class PromptSubmit:
 
 @frozen
 class Allow:
+    """`prompt/submit` decision: log the prompt (rewritten to `content` if given), then each
+    of `additional_context` as a `context/message` after it."""
+
     content: Content | None = None
     additional_context: AdditionalContext = ()
 
 
 @frozen
 class Block:
+    """`prompt/submit` decision: refuse the prompt; the turn ends `rejected{reason}`."""
+
     reason: str
 
 
 @frozen
 class PreStep:
+    """`agent/pre-step` value: the step about to run, with the live system prompt and the
+    frozen session prefix its request will carry."""
+
     turn: int
     step: int
     full_system_prompt: str
@@ -67,6 +76,9 @@ class ToolCallInfo:
 
 @frozen
 class Deny:
+    """`tools/pre-execute` decision: do not run the call; its result is an error
+    `TOOL_DENIED` with `reason`."""
+
     reason: str
 
 
@@ -121,8 +133,29 @@ TurnResultReason: TypeAlias = Literal[
 
 @frozen
 class TurnResult:
-    """What `send()` returns: the turn number (None if discarded) and how it ended."""
+    """What `send()` and `compact()` return once their turn has ended.
+
+    `turn` is None when the item was discarded before its turn started. `message` says
+    why an `error`/`rejected`/`aborted` turn ended (with `code` for errors). `reply` is the
+    turn's last assistant message with content, `usage` the tokens of every model call
+    the turn made (its steps and any summarizer call), `steps` how many steps ran.
+    """
 
     turn: int | None
     reason: TurnResultReason
     message: str | None = None
+    reply: Message | None = None
+    usage: TokenUsage = field(factory=TokenUsage)
+    steps: int = 0
+    code: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The text of `reply` ("" when there is none)."""
+        return self.reply.text if self.reply is not None else ""
+
+    def raise_for_error(self) -> TurnResult:
+        """Raise `TurnFailed` for an `error` turn; otherwise return this result."""
+        if self.reason == "error":
+            raise TurnFailed(self)
+        return self

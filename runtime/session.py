@@ -174,12 +174,14 @@ class Session:
 
     @property
     def id(self) -> str:
+        """The session id."""
         return self.meta.id
 
     @classmethod
     def create(
         cls, session_id: str, meta: SessionMeta | Mapping[str, Any] | None = None
     ) -> Session:
+        """An empty session; `meta` is a `SessionMeta` or a mapping of labels."""
         return cls(_make_meta(session_id, meta))
 
     @classmethod
@@ -210,48 +212,61 @@ class Session:
 
     @property
     def events(self) -> tuple[SessionEvent, ...]:
+        """Every event, in seq order; the same tuple until the next append."""
         return self._log.snapshot()
 
     def __len__(self) -> int:
         return len(self._log)
 
     def event(self, seq: int) -> SessionEvent:
+        """The event at `seq` (O(1), no snapshot)."""
         return self._log[seq]
 
     def events_since(self, start: int) -> list[SessionEvent]:
+        """The events from seq `start` on."""
         return self._log.since(start)
 
     def derive_messages(self) -> tuple[Message, ...]:
+        """The conversation the surface derives to (never the session prefix); frozen,
+        shared, incrementally maintained (docs/spec/session-log.md §5)."""
         return self._folded().surface.messages()
 
     def header(self) -> EpochHeader | None:
+        """The request header folded over the log (None before the first snapshot)."""
         return self._folded().header.current
 
     @property
     def surface(self) -> tuple[int, ...]:
+        """The seqs of the current surface nodes, in order."""
         return self._folded().surface.nodes
 
     @property
     def surface_fold(self) -> SurfaceFold:
+        """The incremental surface fold (positions, projections, hash chain)."""
         return self._folded().surface
 
     @property
     def replace_generation(self) -> int:
+        """How many `Replace` ops the surface has seen (compaction and pruning count)."""
         return self._folded().surface.generation
 
     @property
     def open_turn(self) -> int | None:
+        """The number of the open turn, or None."""
         return self._folded().structure.open_turn
 
     @property
     def open_step(self) -> int | None:
+        """The number of the open step of the open turn, or None."""
         return self._folded().structure.open_step
 
     @property
     def last_turn(self) -> int:
+        """The number of the latest turn started (0 for none)."""
         return self._folded().structure.last_turn
 
     def history_chain(self) -> bytes:
+        """The hash chain over the current derivation (decision 0002)."""
         return self._folded().surface.history_chain()
 
     # observers ------------------------------------------------------------------------
@@ -386,7 +401,7 @@ class Session:
                 ErrorCode.INVALID_BOUNDARY,
                 f"boundary {boundary} is a {self._log[boundary].type}, not a turn/end",
             )
-        child_id = child_id or new_session_id()
+        child_id = new_session_id() if child_id is None else child_id
         if child_id == self.id:
             raise SessionForkError(
                 ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
@@ -415,8 +430,9 @@ def _structure_data(value: object, cls: type, seq: int, event_type: str) -> Any:
 
 
 def _detached(event: SessionEvent, seq: int, *, data_detached: bool = False) -> SessionEvent:
-    """A deep, strictly typed copy of `event` (§1: appends are deep-copied; §7: the data
-    must be losslessly JSON-representable, i.e. the codec can decode what it encodes)."""
+    """A deep, strictly typed copy of `event` (docs/spec/session-log.md §2.3: appends are
+    deep-copied; §9: the data must be losslessly JSON-representable, i.e. the codec can decode
+    what it encodes)."""
     data = event.data
     path = f"$[{seq}].data"
     if data_detached:

@@ -1,5 +1,5 @@
 """Stored sessions outside any loop instance: load one (repaired) into a `Session`, and
-settle where a fork of a stored session starts (docs/spec/fork-resume.md)."""
+settle where a fork of a stored session starts (docs/spec/fork-resume.md §4)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ async def fork_point(
         seeded = Session.from_loaded(session_id, events, meta).fork(None, child_id)
         assert seeded.meta.seed_length is not None
         boundary, child_id = seeded.meta.seed_length - 1, seeded.id
-    child_id = child_id or new_session_id()
+    child_id = new_session_id() if child_id is None else child_id
     if child_id == session_id:
         raise SessionForkError(
             ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"

@@ -1,4 +1,4 @@
-"""Turn/step structure rules (session-log.md §1) as an incremental state machine.
+"""Turn/step structure rules (docs/spec/session-log.md §4) as an incremental state machine.
 
 `check` raises without changing anything; `advance` commits an already-checked event.
 """

@@ -4,8 +4,8 @@ owned by the parent, so cancelling or disposing the parent cancels the child's t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,6 +21,8 @@ from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH
 if TYPE_CHECKING:
     from actorloop.runtime.agent import Agent
     from actorloop.runtime.runtime import Runtime
+
+log = logging.getLogger("actorloop.subagents")
 
 SubagentMode = Literal["spawn", "fork"]
 
@@ -114,21 +116,40 @@ def subagent_tool(
 def _answer_later(
     parent: Agent, child: Agent, task: str, call_id: str, keep_child: bool
 ) -> Callable[[], Awaitable[None]]:
-    async def deliver() -> None:
+    """The background work of one delegation: run the child's turn, then deliver what
+    came of it — the answer, or why there is none — into the parent's log. A full parent
+    inbox is waited on, never a reason to drop the answer; a cancel (the parent cancelled
+    or disposed) is recorded in the child's log by its aborted turn."""
+
+    async def answer() -> None:
+        meta = {"child": child.id, "call_id": call_id}
         try:
-            result = await run_child_turn(child, task)
-            if result.reason == "completed":
-                text = f"Subagent {child.id} answered:\n{last_answer(child)}"
+            try:
+                result = await run_child_turn(child, task)
+            except (trio.Cancelled, AgentClosed):
+                raise
+            except Exception as exc:
+                text = f"Subagent {child.id} failed: {type(exc).__name__}: {exc}"
             else:
-                text = f"Subagent {child.id} ended its turn {result.reason} without an answer."
-            with contextlib.suppress(AgentClosed):
-                parent.inject(text, source="subagent", meta={"child": child.id, "call_id": call_id})
+                if result.reason == "completed":
+                    text = f"Subagent {child.id} answered:\n{last_answer(child)}"
+                else:
+                    text = f"Subagent {child.id} ended its turn {result.reason} without an answer."
+            try:
+                await parent.deliver(text, source="subagent", meta=meta)
+            except AgentClosed:
+                log.warning(
+                    "subagent %s answered after its parent %s closed; the answer is only in "
+                    "the child's log",
+                    child.id,
+                    parent.id,
+                )
         finally:
             if not keep_child:
                 with trio.CancelScope(shield=True):
                     await child.dispose()
 
-    return deliver
+    return answer
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")

@@ -1,4 +1,4 @@
-"""The surface fold and its incremental derivation into messages (session-log.md §2).
+"""The surface fold and its incremental derivation into messages (docs/spec/session-log.md §5).
 
 Each surface node is projected once; appends extend the cache; a `Replace` rebuilds only
 positions at and after the replaced span.

@@ -123,7 +123,7 @@ def frozen_objects(max_leaves: int = 8) -> st.SearchStrategy[FrozenDict]:
 
 @cache
 def non_json_values() -> st.SearchStrategy[Any]:
-    """Values §7 rejects (cycles are built by hand in tests)."""
+    """Values docs/spec/session-log.md §9.2 rejects (cycles are built by hand in tests)."""
     return st.sampled_from(
         [
             float("nan"),

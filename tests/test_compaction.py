@@ -1,5 +1,5 @@
-"""The CompactionActor through the public API (compaction-persistence.md §1-§2, loop.md step 4
-and step 11): prefix-aware pressure, the summarizer request, the transaction's fail-closed and
+"""The CompactionActor through the public API (docs/spec/compaction.md §2–§11, docs/spec/loop.md
+§4.5 and §4.14): prefix-aware pressure, the summarizer request, the transaction's fail-closed and
 cancellation rules, overflow recovery, manual compaction, the pruner, and durability."""
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ def check_transactions(session: Session) -> dict[str, list[SessionEvent]]:
     return groups
 
 
-# Sizes (estimator of §1): system 12 tokens, a 2400-char prefix 608, a 400-char turn
-# message 108. The window is 1000, the threshold 800.
+# Sizes (estimator of docs/spec/compaction.md §2): system 12 tokens, a 2400-char prefix 608, a
+# 400-char turn message 108. The window is 1000, the threshold 800.
 BIG_PREFIX = prefix_message(2400)
 TURN_TEXT = 400
 

@@ -1,4 +1,4 @@
-"""Properties of compaction (compaction-persistence.md §2): tool-pair-balanced, head-anchored
+"""Properties of compaction (docs/spec/compaction.md §7.2–§7.3): tool-pair-balanced, head-anchored
 regions that never reach into the open step, under random tool-call layouts; and a
 cancellation landing anywhere in the summarizer stream leaves exactly one error end and
 the surface as it was."""

@@ -1,4 +1,4 @@
-"""The cattrs converter (session-log.md §7): canonical encoding of events, headers and
+"""The cattrs converter (docs/spec/session-log.md §9.5): canonical encoding of events, headers and
 deltas; strict, typed decoding that names the seq; ignorable unknown types."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Session.fork (session-log.md §6): boundary rules with typed codes, lineage metadata,
-structural sharing of the seed, and isolation from later parent appends."""
+"""Session.fork (docs/spec/fork-resume.md §2, §5): boundary rules with typed codes, lineage
+metadata, structural sharing of the seed, and isolation from later parent appends."""
 
 from __future__ import annotations
 

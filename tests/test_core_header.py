@@ -1,4 +1,4 @@
-"""Request header algebra (session-log.md §3, §4): canonical form, equality, tool order,
+"""Request header algebra (docs/spec/session-log.md §6, §7): canonical form, equality, tool order,
 system line patches, tools deltas, config, the message_prefix branch, and the fold."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""JSON value discipline (session-log.md §7): validation with paths, detaching frozen
+"""JSON value discipline (docs/spec/session-log.md §9): validation with paths, detaching frozen
 copies, iterative handling of deep nesting, canonical JSON."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Crash-repair closers (session-log.md §8): a pure, deterministic function of the log."""
+"""Crash-repair closers (docs/spec/session-log.md §10.3): a pure, deterministic function of the
+log."""
 
 from __future__ import annotations
 

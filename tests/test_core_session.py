@@ -1,5 +1,5 @@
 """Session log rules: envelope, surface_op, provenance, turn/step structure, transactional
-appends, observers, detaching copies, D1/D2 (session-log.md §1, §2, §7)."""
+appends, observers, detaching copies, D1/D2 (docs/spec/session-log.md §2, §4, §5, §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Surface and derivation (session-log.md §2): Replace rules, tool/result rewrites, the
+"""Surface and derivation (docs/spec/session-log.md §5): Replace rules, tool/result rewrites, the
 projection of each node type, incremental derivation == from-scratch replay, boundary
 snapshots and the request digest chain."""
 
@@ -479,7 +479,7 @@ def test_assistant_message_may_carry_provenance_of_its_chunks() -> None:
 
 
 def test_compaction_transaction_shape_is_accepted() -> None:
-    """compaction-persistence.md §2: start, summary, a user/message Replace(first, last)
+    """docs/spec/compaction.md §7.6: start, summary, a user/message Replace(first, last)
     with provenance [start, summary, *shadowed], end - all between steps of an open turn."""
     from actorloop.runtime.events import CompactionEnd, CompactionStart, CompactionSummary
 

@@ -1,5 +1,5 @@
-"""Cancellation and disposal, one window at a time (spec/loop.md "Checkpoint", "Cancellation
-and disposal"): for each seam a turn passes through, a cancel (or a dispose) issued there
+"""Cancellation and disposal, one window at a time (docs/spec/loop.md §1.3 and §7:
+for each seam a turn passes through, a cancel (or a dispose) issued there
 leaves exactly the log shape the spec prescribes, and the agent then completes the next send
 (or, once disposed, refuses it)."""
 

@@ -1,4 +1,4 @@
-"""Reconstructability (spec/session-log.md §3–§5): every request the loop sent is a pure
+"""Reconstructability (docs/spec/session-log.md §6–§8): every request the loop sent is a pure
 function of the log. A multi-turn session with tools, steering, injections, a system prompt
 that changes (system-prompt/assemble), a config that changes (agent/request), a resumed
 instance and a fork is replayed request by request from a brand-new Session; the recorded
@@ -131,7 +131,7 @@ def header_window(events: tuple[SessionEvent, ...], start: int) -> tuple[int, li
 
 
 def check_requests(session: Session, requests: list[Request]) -> None:
-    """Every request of `session` is rebuilt from the log alone (§5)."""
+    """Every request of `session` is rebuilt from the log alone (docs/spec/session-log.md §8.2)."""
     events = session.events
     starts = own_step_starts(session)
     assert len(starts) == len(requests) > 0

@@ -1,4 +1,4 @@
-"""Scenarios P*, R*, L*, C* of spec/scenarios.md, run through the public API."""
+"""Scenarios P*, R*, L*, C* of docs/spec/README.md §6, run through the public API."""
 
 from __future__ import annotations
 

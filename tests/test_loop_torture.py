@@ -89,9 +89,15 @@ the inbox hand-over hung), 10381 (a discarded hand-over left the status at runni
 class Schedule:
     """One seeded run: the random choices, their trace, and what the checks need."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, caller_mode: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
+        self.caller_mode = caller_mode
+        """Also cancel callers: some sends run under a scope of their own that the chaos
+        task cancels (the caller gives up), which must cancel that item only."""
+        self.caller_scopes: list[trio.CancelScope] = []
+        self.abandoned: list[tuple[str, bool]] = []
+        """(text, whether it was in the log when its cancelled send raised)."""
         self.focus = SEAMS[seed % len(SEAMS)]
         # The first visit of the focus seam always interrupts it, cycling through the kinds
         # of interruption seed by seed, so every (seam, kind) pair is reached in any run of
@@ -416,7 +422,12 @@ async def chaos_task(sched: Schedule, agent: Agent, done: trio.Event) -> None:
             return
         roll = sched.rng.random()
         try:
-            if roll < 0.25 or iterations % 25 == 0:
+            if sched.caller_mode and sched.caller_scopes and roll < 0.6:
+                victim = sched.rng.choice(sched.caller_scopes)
+                sched.note("chaos: cancel a caller")
+                sched.acted[(CHAOS, "caller")] += 1
+                victim.cancel()
+            elif roll < 0.25 or iterations % 25 == 0:
                 tag = f"{CHAOS}#{iterations}"
                 keep = sched.rng.random() < 0.3
                 sched.note(f"chaos: cancel keep_inbox={keep} ({tag})")
@@ -438,17 +449,54 @@ async def chaos_task(sched: Schedule, agent: Agent, done: trio.Event) -> None:
             return
 
 
+def logged_turn_of(agent: Agent, text: str) -> int | None:
+    """The turn whose user/message is exactly `text` (texts are unique per schedule)."""
+    for event in agent.session.events:
+        data: Any = event.data
+        if event.type == "user/message" and data.content and data.content[0].text == text:
+            return open_turn_at(agent.session.events, event.seq)
+    return None
+
+
+def open_turn_at(events: Any, seq: int) -> int:
+    return next(e.data.turn for e in reversed(events[:seq]) if e.type == "turn/start")
+
+
 async def driver(sched: Schedule, agent: Agent, done: trio.Event) -> None:
     async def send(text: str) -> None:
+        if sched.caller_mode and sched.rng.random() < 0.5:
+            await abandonable_send(text)
+            return
         try:
             sched.results.append((text, await agent.send(text)))
         except AgentClosed:
             sched.results.append((text, None))
 
+    async def abandonable_send(text: str) -> None:
+        scope = trio.CancelScope()
+        sched.caller_scopes.append(scope)
+        try:
+            with scope:
+                sched.results.append((text, await agent.send(text)))
+        except AgentClosed:
+            sched.results.append((text, None))
+        finally:
+            sched.caller_scopes.remove(scope)
+        if scope.cancelled_caught:
+            turn = logged_turn_of(agent, text)
+            sched.note(f"caller of {text!r} cancelled (logged in turn {turn})")
+            if turn is not None:
+                # Its turn ran: it was closed before the caller's cancellation went on.
+                ended = [e.data.turn for e in agent.session.events if e.type == "turn/end"]
+                assert turn in ended, f"{text!r}: cancelled caller resumed with its turn open"
+            sched.abandoned.append((text, turn is not None))
+
     try:
         async with trio.open_nursery() as sends:
             for index in range(sched.rng.randint(2, 6)):
                 text = f"message {index}"
+                if sched.caller_mode:  # unique across instances, for the abandoned checks
+                    text = f"instance {sched.instance} {text}"
                 if sched.rng.random() < 0.35:
                     sends.start_soon(send, text)
                     await trio.lowlevel.checkpoint()
@@ -588,6 +636,16 @@ async def check_schedule(
         else:
             assert turn_reasons[result.turn] == result.reason, (text, result)
 
+    # A send abandoned before its message was logged never logs it later: it was taken out
+    # of the inbox, or its turn was closed before its caller's cancellation went on.
+    texts = {
+        e.data.content[0].text
+        for e in events
+        if e.type == "user/message" and e.data.content  # type: ignore[union-attr]
+    }
+    for text, was_logged in sched.abandoned:
+        assert was_logged or text not in texts, f"abandoned {text!r} was logged later"
+
     # Every request passed the dev invariant, and passes it again against the final log.
     assert rt.invariant_checks == len(scripted.requests) == len(provider.dispatched)
     for request, length in provider.dispatched:
@@ -641,8 +699,8 @@ async def check_schedule(
 # ---------------------------------------------------------------- the test
 
 
-def run_one(seed: int) -> Schedule:
-    sched = Schedule(seed)
+def run_one(seed: int, *, caller_mode: bool = False) -> Schedule:
+    sched = Schedule(seed, caller_mode=caller_mode)
     # Trio shuffles each scheduling batch with this generator; under the Hypothesis plugin
     # (installed with the dev extra) the order is then a function of the seed.
     trio_random = getattr(trio._core._run, "_r", None)
@@ -655,9 +713,10 @@ def run_one(seed: int) -> Schedule:
         if sched.timed_out:
             exc = trio.TooSlowError("the schedule hung (virtual-time watchdog fired)")
         trace = "\n".join(f"  {line}" for line in sched.trace[-60:])
+        replay = "ACTORLOOP_TORTURE_CALLER_SEED" if caller_mode else "ACTORLOOP_TORTURE_SEED"
         raise AssertionError(
             f"torture schedule seed={seed} failed: {exc!r}\n"
-            f"replay: ACTORLOOP_TORTURE_SEED={seed} pytest -q tests/test_loop_torture.py\n"
+            f"replay: {replay}={seed} pytest -q tests/test_loop_torture.py\n"
             f"last actions:\n{trace}"
         ) from exc
     return sched
@@ -692,3 +751,29 @@ def test_cancellation_torture() -> None:
         assert coverage[(CHAOS, "cancel")] > 0 and coverage[(CHAOS, "dispose")] > 0
         assert compositions["cancelled"] + compositions["interrupted"] > 0
         assert compositions["returned"] > 0
+
+
+CALLER_BASE_SEED = int(os.environ.get("ACTORLOOP_TORTURE_CALLER_BASE_SEED", "52000"))
+
+
+def test_caller_cancellation_torture() -> None:
+    """The same schedules with callers that give up: half the sends run under a scope of
+    their own, which the chaos task cancels at random checkpoints. Bounded in CI to a third
+    of ACTORLOOP_TORTURE_SCHEDULES; replay one with ACTORLOOP_TORTURE_CALLER_SEED=<seed>."""
+    only = os.environ.get("ACTORLOOP_TORTURE_CALLER_SEED")
+    count = max(1, SCHEDULES // 3)
+    seeds = [int(only)] if only else list(range(CALLER_BASE_SEED, CALLER_BASE_SEED + count))
+    coverage: Counter[tuple[str, str]] = Counter()
+    abandoned: Counter[bool] = Counter()
+    for seed in seeds:
+        sched = run_one(seed, caller_mode=True)
+        coverage.update(sched.acted)
+        abandoned.update(logged for _text, logged in sched.abandoned)
+    print(
+        f"\n{len(seeds)} caller-cancellation schedules; callers cancelled "
+        f"{coverage[(CHAOS, 'caller')]} times; abandoned sends: {abandoned[False]} never "
+        f"logged, {abandoned[True]} whose turn had started"
+    )
+    if only is None and count >= 50:
+        assert coverage[(CHAOS, "caller")] > 0
+        assert abandoned[False] > 0 and abandoned[True] > 0

@@ -1,5 +1,6 @@
 """The Runtime facade: resume (S1), fork (S2) with typed errors, prefix drift across
-instances, supervision of crashing loops, and shutdown (session-log.md §6, loop.md)."""
+instances, supervision of crashing loops, and shutdown (docs/spec/fork-resume.md,
+docs/spec/runtime.md §6, §10)."""
 
 from __future__ import annotations
 

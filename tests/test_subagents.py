@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from helpers import open_runtime, wait_until
 
 from actorloop.runtime import (
     HANG,
     AgentOptions,
+    InboxFull,
     Message,
+    ProviderError,
     ScriptedProvider,
     SessionEvent,
     Text,
@@ -30,6 +33,7 @@ from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.request import Request
 from actorloop.runtime.runtime import Runtime
 from actorloop.runtime.stored import load_session
+from actorloop.runtime.stores.memory import MemoryStore
 from actorloop.runtime.subagents import subagent_tool
 from actorloop.runtime.verify import verify_log
 
@@ -366,3 +370,137 @@ async def test_a_child_spawned_as_the_parent_is_cancelled_does_not_outlive_the_t
         rt.on("agent/session-start", cancel_parent_on_child_start)
         assert (await parent.send("go")).reason == "aborted"
         await wait_until(lambda: [a.id for a in rt.agents] == ["P"])
+
+
+# ---------------------------------------------------------------- owned background work
+
+
+class GatedChildren(Router):
+    """Children answer only once `release` is set (their parent's script runs freely)."""
+
+    def __init__(self, scripts: dict[str, list[Any]]) -> None:
+        super().__init__(scripts)
+        self.release = trio.Event()
+        self.child_waiting = trio.Event()
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        if request.session_id != "P":
+            self.child_waiting.set()
+            await self.release.wait()
+        async for chunk in super().stream(request):
+            yield chunk
+
+
+async def test_a_background_child_keeps_its_parent_running_and_wait_idle_waits() -> None:
+    router = GatedChildren(
+        {
+            "P": [tool_call("b1", "delegate", {"task": "slow work"}), reply("started")],
+            "P.b1": [reply("slow work done")],
+        }
+    )
+    statuses: list[str] = []
+    async with open_runtime(router) as rt, trio.open_nursery() as nursery:
+        parent = await rt.spawn(options(rt, background=True), session_id="P")
+        parent.on("agent/status", lambda agent, status: statuses.append(status))
+        assert (await parent.send("delegate it")).reason == "completed"
+        await router.child_waiting.wait()
+        assert parent.status == "running" and statuses == ["running"]
+        idle = trio.Event()
+
+        async def wait_for_idle() -> None:
+            await parent.wait_idle()
+            idle.set()
+
+        nursery.start_soon(wait_for_idle)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not idle.is_set()
+        router.release.set()
+        await idle.wait()
+        assert parent.status == "idle" and statuses == ["running", "idle"]
+    contexts = [e for e in parent.session.events if e.type == "context/message"]
+    assert len(contexts) == 1 and "slow work done" in contexts[0].data.content[0].text
+
+
+async def test_closing_the_runtime_cancels_a_background_child_and_its_log_says_so(
+    tmp_path: Path,
+) -> None:
+    router = GatedChildren(
+        {"P": [tool_call("b1", "delegate", {"task": "never answers"}), reply("started")]}
+    )
+    url = f"sqlite:{tmp_path / 'close.db'}"
+    async with open_runtime(router, store=url) as rt:
+        parent = await rt.spawn(options(rt, background=True), session_id="P")
+        assert (await parent.send("delegate it")).reason == "completed"
+        await router.child_waiting.wait()
+        assert parent.status == "running"
+    async with open_runtime(router, store=url) as rt:
+        child = await load_session(rt.store, "P.b1")
+        stored_parent = await load_session(rt.store, "P")
+    assert reasons(child.events)[-1] in ("aborted", "disposed") and closed(child.events)
+    verify_log(child.meta, child.events)
+    assert closed(stored_parent.events)
+
+
+async def test_a_failed_background_child_leaves_a_trace_in_the_parent_log() -> None:
+    def broken(request: Request) -> Any:
+        raise ProviderError("the child's model is down", "OVERLOADED")
+
+    router = Router(
+        {
+            "P": [tool_call("b1", "delegate", {"task": "do it"}), reply("started")],
+            "P.b1": [broken],
+        }
+    )
+    async with open_runtime(router) as rt:
+        parent = await rt.spawn(options(rt, background=True), session_id="P")
+        assert (await parent.send("delegate it")).reason == "completed"
+        await parent.wait_idle()
+    (context,) = [e for e in parent.session.events if e.type == "context/message"]
+    assert "P.b1" in context.data.content[0].text and "error" in context.data.content[0].text
+    assert context.data.meta == {"child": "P.b1", "call_id": "b1"}
+
+
+class HeldStore(MemoryStore):
+    """A memory store whose group commits can be held, so a turn's closing flush waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: trio.Event | None = None
+
+    async def append_batch(self, batch: Any) -> None:
+        if self.hold is not None:
+            await self.hold.wait()
+        await super().append_batch(batch)
+
+
+async def test_deliver_waits_for_a_full_inbox_instead_of_dropping() -> None:
+    store = HeldStore()
+    delivered = trio.Event()
+    async with (
+        open_runtime(ScriptedProvider([reply("first")]), store=store) as rt,
+        trio.open_nursery() as nursery,
+    ):
+        agent = await rt.spawn(AgentOptions(model="m", inbox_capacity=1))
+
+        async def deliver_answer() -> None:
+            await agent.deliver("the late answer", source="subagent")
+            delivered.set()
+
+        def on_turn_end(a: Any, event: SessionEvent) -> None:
+            if event.type == "turn/end" and store.hold is None:
+                # The turn's closing flush is about to wait; the inbox fills up meanwhile.
+                store.hold = trio.Event()
+                a.inject("fills the inbox")
+                with pytest.raises(InboxFull):
+                    a.inject("no room for this one")
+                nursery.start_soon(deliver_answer)
+
+        agent.on("session/event", on_turn_end)
+        nursery.start_soon(agent.send, "hello")
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.hold is not None and not delivered.is_set()
+        store.hold.set()
+        await delivered.wait()
+        await agent.wait_idle()
+    contexts = [e.data.content[0].text for e in agent.session.events if e.type == "context/message"]
+    assert contexts == ["fills the inbox", "the late answer"]

@@ -1,4 +1,4 @@
-"""Token pressure (compaction-persistence.md §1): the estimator rules, and the incremental
+"""Token pressure (docs/spec/compaction.md §2–§4): the estimator rules, and the incremental
 `TokenMeter` with its usage anchor."""
 
 from __future__ import annotations

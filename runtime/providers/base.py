@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Protocol, runtime_checkable
 
 from attrs import frozen
@@ -13,6 +14,8 @@ from actorloop.runtime.request import Request
 
 @frozen
 class ModelInfo:
+    """What the runtime may know about a model; `context_window` feeds the compaction gate."""
+
     context_window: int | None = None
 
 
@@ -27,6 +30,28 @@ class Provider(Protocol):
 
     name: str
 
-    def stream(self, request: Request) -> AsyncIterator[StreamChunk]: ...
+    def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """The answer to `request` as typed chunks (an async generator: callers close it
+        with `opened_stream`)."""
+        ...
 
-    def model_info(self, model: str) -> ModelInfo | None: ...
+    def model_info(self, model: str) -> ModelInfo | None:
+        """What is known about `model` (its context window), or None."""
+        ...
+
+
+@asynccontextmanager
+async def opened_stream(
+    provider: Provider, request: Request
+) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+    """`provider.stream(request)`, closed when the block ends — on completion, error or
+    cancellation — so a provider's cleanup (its `finally`, its HTTP response) runs inside
+    the scope that opened the stream, before the caller appends anything after it. Like
+    `contextlib.aclosing`, for streams that may also be plain async iterators."""
+    stream = provider.stream(request)
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
