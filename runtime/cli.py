@@ -854,7 +854,7 @@ def resume(
         async with Runtime.open(store=store, provider=provider, dev_invariants=True) as rt:
             agent = await rt.resume(whole, AgentOptions(model=spec_model or model))
             result = await agent.send(message)
-            answer = agent.session.derive_messages()[-1].text
+            answer = result.text
             used = turn_usage(agent.session.events, result.turn) if result.turn else UsageTotals()
         return f"turn {result.turn} {result.reason}: {answer}", used
 

@@ -185,7 +185,7 @@ def expand(given: str, ids: Iterable[str]) -> tuple[str, ...]:
 
 def _line(label: str, body: str | Text, style: str = "cyan") -> Text:
     """`label` in its column, `body` after it; continuation lines line up under the body."""
-    text = Text(f"  {label:<{LABEL_WIDTH}}", style=style)
+    text = Text(f"  {label:<{LABEL_WIDTH - 1}} ", style=style)
     body_text = body if isinstance(body, Text) else Text(body)
     indent = " " * (LABEL_WIDTH + 2)
     for index, part in enumerate(body_text.split("\n", allow_blank=True)):
@@ -342,8 +342,7 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
                 f"  turn {data.turn} {reason_text(data.reason)} in {duration(took)}", style=style
             )
         elif isinstance(data, UserMessage):
-            label = "user" if data.source.kind == "user" else f"user ({data.source.plugin})"
-            yield _line(label, content_text(data.content))
+            yield _line("user", _sourced(data.source, data.content, quiet_for_user=True))
         elif isinstance(data, AssistantMessage):
             for block in data.content:
                 if isinstance(block, ToolCall):
@@ -363,9 +362,9 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
         elif isinstance(data, ToolResultEvent):
             yield _line("tool", _tool_result_text(data, names))
         elif isinstance(data, ContextMessage):
-            yield _line(f"context ({source_text(data.source)})", content_text(data.content))
+            yield _line("context", _sourced(data.source, data.content))
         elif isinstance(data, SteeringMessage):
-            yield _line("steering", content_text(data.content))
+            yield _line("steering", _sourced(data.source, data.content, quiet_for_user=True))
         elif isinstance(data, PromptBlocked):
             body = Text(f"({data.reason}) ")
             body.append_text(content_text(data.content))
@@ -400,6 +399,15 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
             "resume closes it",
             style="yellow",
         )
+
+
+def _sourced(source: Source, content: Content, *, quiet_for_user: bool = False) -> Text:
+    """Content with who it came from in front (left out for the user's own prompts)."""
+    body = Text()
+    if not (quiet_for_user and source.kind == "user"):
+        body.append(f"[from {source_text(source)}] ", style="dim")
+    body.append_text(content_text(content))
+    return body
 
 
 def _tool_result_text(data: ToolResultEvent, names: dict[str, str]) -> Text:
