@@ -264,6 +264,8 @@ class LoopActor:
         self._idle = trio.Event()
         self._idle.set()
         self._finished = trio.Event()
+        self._appended = trio.lowlevel.ParkingLot()
+        """Readers of `events()` waiting for the next append (or the end of the loop)."""
         self.failure: BaseException | None = None
         self._owned: set[trio.CancelScope] = set()
         self.meter = TokenMeter(session)
@@ -570,6 +572,7 @@ class LoopActor:
             self._discard_queued()
             self._refresh_status()
             self._finished.set()
+            self._appended.unpark_all()
             self._on_finished(self)
 
     async def _run_item(self, item: TurnItem) -> None:
@@ -673,7 +676,17 @@ class LoopActor:
         chain = self._chain("session/event")
         if chain:
             run_notify("session/event", chain, self.agent, event)
+        self._appended.unpark_all()
         return event
+
+    async def wait_for_events(self, seen: int) -> bool:
+        """Wait until the log holds more than `seen` events (True) or the loop has ended
+        with no more to read (False)."""
+        while len(self.session) <= seen:
+            if self._finished.is_set():
+                return False
+            await self._appended.park()
+        return True
 
     def _append(
         self,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
+from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
 from actorloop.runtime.messages import USER, Block, Content, Source, as_content
 from actorloop.runtime.options import AgentOptions
@@ -48,6 +49,8 @@ class LoopHandle(Protocol):
     async def wait_idle(self) -> None: ...
 
     async def compact(self) -> TurnResult: ...
+
+    async def wait_for_events(self, seen: int) -> bool: ...
 
 
 def as_source(source: SourceSpec, default: Source) -> Source:
@@ -170,6 +173,26 @@ class Agent:
         """Wait until no turn runs and nothing is queued. Awaited from inside the agent's
         own turn (a tool or a listener) it cannot return: await it from outside."""
         await self._loop.wait_idle()
+
+    async def events(self, after: int | None = None) -> AsyncIterator[SessionEvent]:
+        """The session's events after seq `after` (all of them when None): those already
+        in the log first, then each new one as it is appended, in seq order, until the agent
+        is closed and every event has been yielded.
+
+        The log itself is the buffer: a reader keeps only its position, so a slow reader
+        never makes the loop wait, lose or reorder anything, and a fast one waits for the
+        next append. Events of a session that is not live come from the store
+        (`load_session`).
+        """
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise TypeError(f"after must be a seq (int) or None, got {after!r}")
+        cursor = 0 if after is None else max(after + 1, 0)
+        while True:
+            while cursor < len(self.session):
+                yield self.session.event(cursor)
+                cursor += 1
+            if not await self._loop.wait_for_events(cursor):
+                return
 
     def usage(self) -> UsageTotals:
         """The tokens this session's model and summarizer calls used, from its log (a fork
