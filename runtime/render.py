@@ -310,10 +310,8 @@ def _assistant_suffix(data: AssistantMessage) -> str:
     parts = [f"step {data.step}", data.model]
     if data.usage is not None:
         usage = data.usage
-        parts.append(
-            f"{usage.prompt_total:,} in ({percent(cached_fraction(usage))} cached), "
-            f"{usage.output:,} out"
-        )
+        cached = f" ({percent(cached_fraction(usage))} cached)" if usage.prompt_total else ""
+        parts.append(f"{usage.prompt_total:,} in{cached}, {usage.output:,} out")
     return " · ".join(parts)
 
 

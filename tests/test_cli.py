@@ -615,3 +615,55 @@ def test_resume_reports_the_turns_usage(ran: tuple[Path, str, dict[str, object]]
     answer, usage = resumed.stdout.splitlines()
     assert answer.startswith("turn 3 completed: ")
     assert usage.startswith("usage: ") and " input tokens (" in usage and "1 model call" in usage
+
+
+async def test_show_renders_deltas_steering_context_and_blocked_prompts(tmp_path: Path) -> None:
+    from actorloop.runtime import AgentOptions, Runtime, ScriptedProvider, Tool, reply, tool_call
+    from actorloop.runtime.seams import Block, PromptSubmit
+
+    sections: list[str] = []
+
+    async def assemble(agent: object, value: tuple[str, ...], next: object) -> object:
+        return (*await next(), *sections)  # type: ignore[operator]
+
+    async def gate(agent: object, value: PromptSubmit, next: object) -> object:
+        if "forbidden" in "".join(getattr(block, "text", "") for block in value.content):
+            return Block("no forbidden words")
+        return await next()  # type: ignore[operator]
+
+    async def nudge(args: dict[str, object], ctx: object) -> str:
+        ctx.agent.steer("also mention the weather")  # type: ignore[attr-defined]
+        return "nudged"
+
+    provider = ScriptedProvider(
+        [tool_call("c1", "nudge", {"how": "gently"}), reply("one"), reply("two")]
+    )
+    url = f"sqlite:{tmp_path / 'misc.db'}"
+    async with Runtime.open(store=url, provider=provider) as rt:
+        rt.on("system-prompt/assemble", assemble)
+        rt.on("prompt/submit", gate)
+        tool = Tool("nudge", "Steer the turn.", {"type": "object"}, nudge)
+        agent = await rt.spawn(
+            AgentOptions(model="m", system="Be brief.", tools=(tool,)), session_id="misc"
+        )
+        await agent.send("hello")
+        agent.inject("a note from a plugin", source="notes")
+        await agent.wait_idle()
+        assert (await agent.send("forbidden words")).reason == "rejected"
+        sections.append("Today is Monday.")
+        assert (await agent.send("again")).reason == "completed"
+
+    shown = actorloop("sessions", "--store", url, "show", "misc", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert '→ nudge [c1] {"how":"gently"}' in text
+    assert "tool       ← nudge [c1]: nudged" in text
+    assert "steering   also mention the weather" in text
+    assert "turn 2 · injection from plugin notes" in text
+    assert "context    [from plugin notes] a note from a plugin" in text
+    assert "blocked    (no forbidden words) forbidden words" in text
+    assert "turn 3 rejected (no forbidden words)" in text
+    # the section comes after a blank line: two lines inserted after the one kept
+    assert "header     delta: system patched (kept 1 + 0 lines, 2 lines inserted)" in text
+    assert "[step 1 · m · 0 in, 1 out]" in text  # no cached share of nothing
+    assert "no system prompt" not in text and 'system "Be brief."' in text
