@@ -10,6 +10,7 @@ keep working)::
     │   ├── SessionFormatUnsupported   a newer or unknown format version; refused, not repaired
     │   ├── SessionCorruptError        damage a load cannot repair by cutting a torn tail
     │   ├── SessionNotFound            [KeyError] no such session in the store
+    │   ├── SessionIdAmbiguous         [LookupError] a shortened id matches several sessions
     │   ├── SessionExists              a session with that id is already stored
     │   ├── SessionBusy                another live writer owns the session
     │   ├── SessionForkError           a fork was refused; `.code` is a fork code
@@ -40,7 +41,8 @@ keep working)::
     ├── ActorStopped                   an actor ended before taking a message or answering
     ├── InvariantViolation             [AssertionError] a request is not what the log rebuilds
     ├── VerificationFailed             a stored log fails offline verification
-    └── WorkloadError                  [ValueError] a workload file does not match its schema
+    ├── WorkloadError                  [ValueError] a workload file does not match its schema
+    └── TelemetryError                 tracing was asked for and cannot be set up
 
 Codes are the stable strings recorded in logs and shown to callers (`ErrorCode`); every
 code actorloop writes is a member of it, so one grep finds every place that uses it.
@@ -150,6 +152,17 @@ class SessionNotFound(SessionError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class SessionIdAmbiguous(SessionError, LookupError):
+    """A shortened or partial session id (as `sessions list` prints them) matches more
+    than one stored session; `matches` holds them all."""
+
+    def __init__(self, given: str, matches: tuple[str, ...]) -> None:
+        shown = ", ".join(matches[:4]) + (", …" if len(matches) > 4 else "")
+        super().__init__(f"session id {given!r} matches {len(matches)} sessions: {shown}")
+        self.given = given
+        self.matches = matches
 
 
 class SessionExists(SessionError):
@@ -354,6 +367,11 @@ class VerificationFailed(ActorloopError):
 
 class WorkloadError(ActorloopError, ValueError):
     """A workload file is missing, unreadable or does not match the schema."""
+
+
+class TelemetryError(ActorloopError):
+    """Tracing was asked for and cannot be set up: opentelemetry-api is not installed (the
+    `otel` extra), or the `telemetry` setting is not a bool, a `Telemetry` or None."""
 
 
 def sole_error(error: BaseException) -> BaseException:

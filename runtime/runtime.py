@@ -37,6 +37,7 @@ from actorloop.runtime.session import Session, SessionMeta, new_session_id
 from actorloop.runtime.stored import fork_point
 from actorloop.runtime.stores.base import Store, open_store
 from actorloop.runtime.stores.ids import check_session_id
+from actorloop.runtime.telemetry import TelemetrySetting, Tracing, open_tracing
 
 log = logging.getLogger("actorloop.runtime")
 
@@ -56,6 +57,7 @@ class Runtime:
         default_provider: str | None,
         dev_invariants: bool,
         compactor: Compactor | None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._supervisor = supervisor
         self._owned_work = owned_work
@@ -71,12 +73,16 @@ class Runtime:
         self._checked: dict[str, InvariantCheckedProvider] = {}
         self.providers: dict[str, Provider] = {}
         for name, provider in providers.items():
+            if tracing is not None:
+                provider = tracing.wrap(provider)
             if dev_invariants:
                 checked = InvariantCheckedProvider(provider, self._events_of)
                 self._checked[name] = checked
                 self.providers[name] = checked
             else:
                 self.providers[name] = provider
+        if tracing is not None:
+            tracing.attach(self)
 
     @classmethod
     @asynccontextmanager
@@ -89,6 +95,7 @@ class Runtime:
         dev_invariants: bool = False,
         compactor: Compactor | None = None,
         compaction: bool = True,
+        telemetry: TelemetrySetting = None,
     ) -> AsyncIterator[Runtime]:
         """Open a runtime: `async with Runtime.open(...) as rt`.
 
@@ -96,10 +103,13 @@ class Runtime:
         becomes the default, `providers` adds named ones (an agent picks one with
         `AgentOptions.provider`). `dev_invariants` checks every loop-built request against
         a replay of the log before it is sent. `compactor`/`compaction` choose the
-        compaction gate (on by default). Leaving the block disposes every agent (running
+        compaction gate (on by default). `telemetry`: OpenTelemetry spans
+        (runtime/telemetry.py); by default on when opentelemetry-api is importable, so the
+        global tracer provider decides. Leaving the block disposes every agent (running
         turns end `disposed`), flushes and closes the store; errors come out as plain
         typed exceptions.
         """
+        tracing = open_tracing(telemetry)
         all_providers: dict[str, Provider] = dict(providers or {})
         default_name: str | None = None
         if provider is not None:
@@ -133,6 +143,7 @@ class Runtime:
                             default_provider=default_name,
                             dev_invariants=dev_invariants,
                             compactor=compactor,
+                            tracing=tracing,
                         )
                         try:
                             yield runtime
