@@ -145,6 +145,8 @@ class Runtime:
                             compactor=compactor,
                             tracing=tracing,
                         )
+                        for provider in all_providers.values():
+                            await _open_provider(provider)
                         try:
                             yield runtime
                         finally:
@@ -435,6 +437,14 @@ def _shielded(
             await run(task_status=task_status)
 
     return shielded
+
+
+async def _open_provider(provider: Provider) -> None:
+    """HTTP adapters build their client (and its SSL context) off the event loop here, so
+    no first request blocks the trio thread."""
+    opener = getattr(provider, "open", None)
+    if opener is not None:
+        await opener()
 
 
 async def _close_provider(provider: Provider) -> None:

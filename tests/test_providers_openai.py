@@ -454,6 +454,7 @@ async def test_json_instead_of_a_stream_is_a_protocol_error(
 async def test_cancel_before_the_first_byte_is_not_retried(server: SseServer, waits: Waits) -> None:
     server.push(Reply(stall=0.5, pieces=HELLO.pieces), HELLO)
     provider = openai(server, waits)
+    await provider.open()  # the client is made before the deadline starts counting
     with trio.move_on_after(0.1) as scope:
         await collect(provider, make_request(Message.user("hi")))
     assert scope.cancelled_caught

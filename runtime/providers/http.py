@@ -194,6 +194,7 @@ class HttpSseProvider(ABC):
         self._context_windows = dict(context_windows or {})
         self._http: httpx.AsyncClient | None = None
         self._http_run: trio.lowlevel.TrioToken | None = None
+        self._opening: tuple[trio.lowlevel.TrioToken, trio.Lock] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"
@@ -217,13 +218,27 @@ class HttpSseProvider(ABC):
     def redact(self, text: str) -> str:
         return self._key.redact(text) if self._key is not None else text
 
-    def _client(self) -> httpx.AsyncClient:
+    async def open(self) -> None:
+        """Create this run's HTTP client, off the event loop: building one loads an SSL
+        context and its certificates, which blocks for 100 ms or more. `Runtime.open` calls
+        this for every provider; a first request does it otherwise. Idempotent."""
+        await self._client()
+
+    async def _client(self) -> httpx.AsyncClient:
         # A pooled connection belongs to one trio run; a provider reused by a later run
         # (tests, scripts) gets a fresh client instead of a dead pool.
         token = trio.lowlevel.current_trio_token()
-        if self._http is None or self._http_run is not token:
-            self._http = httpx.AsyncClient(timeout=self._timeout)
-            self._http_run = token
+        if self._http is not None and self._http_run is token:
+            return self._http
+        if self._opening is None or self._opening[0] is not token:
+            self._opening = (token, trio.Lock())
+        async with self._opening[1]:
+            if self._http is None or self._http_run is not token:
+                timeout = self._timeout
+                self._http = await trio.to_thread.run_sync(
+                    lambda: httpx.AsyncClient(timeout=timeout)
+                )
+                self._http_run = token
         return self._http
 
     async def aclose(self) -> None:
@@ -249,7 +264,7 @@ class HttpSseProvider(ABC):
         raise ProviderError(self.redact(message), code) from exc
 
     async def _open(self, url: str, headers: dict[str, str], body: bytes) -> OpenedStream:
-        client = self._client()
+        client = await self._client()
         request = client.build_request("POST", url, headers=headers, content=body)
         try:
             response = await client.send(request, stream=True)
