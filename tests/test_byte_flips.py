@@ -2,7 +2,8 @@
 flipped byte (or one truncation) at a time. Every load must then return exactly what it
 returned before the damage, or raise a typed error (an ActorloopError) — never fewer
 events, never different events, never an untyped crash — and whenever a load raises, the
-store's integrity check reports a problem.
+store's integrity check reports a problem. The listing shows every intact session as it was
+and anything else it can read as damaged.
 
 Bounded in CI: ACTORLOOP_FLIP_TRIALS flips per store (default 300) and a tenth as many
 truncations, at seeded random positions (ACTORLOOP_FLIP_SEED replays one sequence). Full
@@ -26,6 +27,7 @@ import trio
 
 from actorloop.runtime import AgentOptions, Runtime, ScriptedProvider, reply, tool_call
 from actorloop.runtime.errors import ActorloopError
+from actorloop.runtime.meta import DamagedSession, SessionMeta
 from actorloop.runtime.options import Tool
 from actorloop.runtime.stores import open_store
 
@@ -178,17 +180,27 @@ async def trial(campaign: Campaign, root: Path) -> dict[str, str]:
                 )
             else:
                 outcome[session_id] = "identical"
+        damaged = any(result != "identical" for result in outcome.values())
         try:
             listing = await store.list()
-            assert len(listing) <= len(campaign.expected)
         except ActorloopError:
-            pass
-        damaged = any(result != "identical" for result in outcome.values())
+            listing = ()
+            damaged = True
+        # A listed meta is the stored one; anything else the damage made readable (a phantom
+        # row) is listed as damaged; a session missing from the listing is damage too.
+        for entry in listing:
+            if isinstance(entry, SessionMeta):
+                assert entry == campaign.expected[entry.id][0], f"listed {entry} as intact"
+            else:
+                assert isinstance(entry, DamagedSession)
+                damaged = True
+        listed = {entry.id for entry in listing}
+        damaged = damaged or not listed >= set(campaign.expected)
         try:
             problems = await store.check_integrity()
         except ActorloopError as exc:
             problems = (str(exc),)
-        assert problems or not damaged, f"loads failed ({outcome}) but the check found nothing"
+        assert problems or not damaged, f"damage seen ({outcome}) but the check found nothing"
     finally:
         await store.close()
     return outcome
