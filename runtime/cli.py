@@ -27,6 +27,7 @@ from actorloop.runtime.orchestration import RunReport, make_sim, run_workload
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.providers.registry import provider_from_spec
 from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.service.command import serve as serve_command
 from actorloop.runtime.stored import fork_point, load_session
 from actorloop.runtime.stores.base import Store, StoreUrlError, open_store
 from actorloop.runtime.verify import VerificationFailed, verify_log
@@ -407,3 +408,6 @@ def resume(
 
 if __name__ == "__main__":  # pragma: no cover - `python -m actorloop.runtime.cli`
     main(prog_name=os.path.basename(sys.argv[0]) or "actorloop")
+
+
+main.add_command(serve_command)
