@@ -12,11 +12,12 @@ import orjson
 import trio
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actorloop.codecs.converter import encode_event, unstructure
 from actorloop.runtime.errors import ErrorCode, InvalidRequestBody, sole_error
@@ -151,6 +152,42 @@ def sse_frame(event: SessionEvent) -> bytes:
         event.type.encode(),
         encode_event(event),
     )
+
+
+class _BodyLimit:
+    """Bodies above `limit` bytes get 413 BODY_TOO_LARGE: at once when Content-Length says
+    so, else as soon as the received bytes pass it (the handler's read raises)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._too_large()(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise InvalidRequestBody(self._message(), ErrorCode.BODY_TOO_LARGE)
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _message(self) -> str:
+        return f"the request body is larger than {self.limit} bytes"
+
+    def _too_large(self) -> Response:
+        return error_response(413, ErrorCode.BODY_TOO_LARGE, self._message())
 
 
 class _DrainGate:
@@ -304,10 +341,9 @@ def create_app(
         Route("/v1/sessions/{id}/requests/{seq}", _endpoint(rebuilt_request), methods=["GET"]),
         Route("/v1/sessions/{id}/verify", _endpoint(verify), methods=["GET"]),
     ]
-    app: ASGIApp = Starlette(
-        routes=routes,
-        exception_handlers={HTTPException: _http_exception},
-        max_body_size=max_body_bytes,
+    app: ASGIApp = _BodyLimit(
+        Starlette(routes=routes, exception_handlers={HTTPException: _http_exception}),
+        max_body_bytes,
     )
     if token is not None:
         app = BearerAuth(app, token)

@@ -19,6 +19,7 @@ class Drain:
         self.stop_listening = trio.Event()
         """Set when the drain begins: the HTTP server stops accepting connections."""
         self._streams: set[trio.CancelScope] = set()
+        self._stream_ended = trio.lowlevel.ParkingLot()
         self._grace: trio.CancelScope | None = None
         self._forced = False
 
@@ -38,6 +39,18 @@ class Drain:
                 yield scope
             finally:
                 self._streams.discard(scope)
+                self._stream_ended.unpark_all()
+
+    @property
+    def open_streams(self) -> int:
+        """How many event streams are open."""
+        return len(self._streams)
+
+    async def until_streams_at_most(self, count: int) -> None:
+        """Wait until at most `count` event streams are open (a client that went away has
+        its stream ended by the server)."""
+        while len(self._streams) > count:
+            await self._stream_ended.park()
 
     def begin(self) -> None:
         """Start the drain: refuse new work, stop listening, end every stream."""

@@ -40,7 +40,7 @@ class Profile:
 
     name: str
     options: AgentOptions | OptionsFactory = field(eq=False)
-    listeners: tuple[tuple[str, Listener], ...] = field(default=(), converter=tuple, eq=False)
+    listeners: tuple[tuple[str, Listener], ...] = field(default=(), eq=False)
     description: str = ""
 
     def build(self, runtime: Runtime) -> AgentOptions:
@@ -145,7 +145,7 @@ def load_setup(spec: str) -> Callable[[AppConfig], Any]:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise ServeConfigError(f"--app {spec!r}: {module_name} has no function {function_name!r}")
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 def run_setup(spec: str, app_config: AppConfig) -> None:

@@ -641,11 +641,16 @@ class Health:
 
     status: Literal["ok", "draining"]
     live_agents: int
+    open_streams: int
 
 
 HEALTH_SCHEMA = _object(
-    {"status": {"enum": ["ok", "draining"]}, "live_agents": {"type": "integer", "minimum": 0}},
-    ("status", "live_agents"),
+    {
+        "status": {"enum": ["ok", "draining"]},
+        "live_agents": {"type": "integer", "minimum": 0},
+        "open_streams": {"type": "integer", "minimum": 0},
+    },
+    ("status", "live_agents", "open_streams"),
 )
 
 

@@ -65,6 +65,11 @@ class ServerControl:
         if self._service is not None:
             self._service.drain.force()
 
+    @property
+    def service(self) -> SessionService | None:
+        """The service of the running server (None before it started)."""
+        return self._service
+
     def attach(self, service: SessionService) -> None:
         """Wire the service the control acts on (done by `serve`)."""
         self._service = service

@@ -555,7 +555,11 @@ class SessionService:
 
     def health(self) -> Health:
         """`ok`, or `draining` once the drain began."""
-        return Health("draining" if self.drain.draining else "ok", len(self.runtime.agents))
+        return Health(
+            "draining" if self.drain.draining else "ok",
+            len(self.runtime.agents),
+            self.drain.open_streams,
+        )
 
     def profile_list(self) -> ProfileList:
         """The registered profiles."""
