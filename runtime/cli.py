@@ -140,6 +140,9 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="actorloop: %(levelname)s %(message)s")
 
 
+main.add_command(serve_command)
+
+
 @main.command()
 @click.argument("workload", required=False, type=click.Path(path_type=Path))
 @click.option("--store", "store_url", default=DEFAULT_STORE, show_default=True, help="Store URL.")
@@ -409,5 +412,3 @@ def resume(
 if __name__ == "__main__":  # pragma: no cover - `python -m actorloop.runtime.cli`
     main(prog_name=os.path.basename(sys.argv[0]) or "actorloop")
 
-
-main.add_command(serve_command)

@@ -210,6 +210,10 @@ class ServerProcess:
     def terminate(self, sig: int = signal.SIGTERM) -> tuple[int, str, str]:
         """Send `sig` and wait for the exit: (exit code, rest of stdout, stderr)."""
         self.proc.send_signal(sig)
+        return self.wait()
+
+    def wait(self) -> tuple[int, str, str]:
+        """Wait for the exit: (exit code, rest of stdout, stderr)."""
         out, err = self.proc.communicate(timeout=60)
         return self.proc.returncode, out, err
 

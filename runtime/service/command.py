@@ -101,7 +101,7 @@ def serve(
         run_setup,
     )
 
-    for name in ("actorloop.serve", "actorloop.service"):
+    for name in ("actorloop.serve", "actorloop.service", "actorloop.http.access"):
         logging.getLogger(name).setLevel(logging.INFO)
     token = os.environ.get(TOKEN_ENV) or None
     settings = ServeSettings(
