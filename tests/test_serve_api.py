@@ -228,6 +228,8 @@ async def test_errors_are_typed_with_fitting_statuses() -> None:
             (client.get("/v1/sessions/e1/events?after=x"), 422, "VALIDATION_FAILED"),
             (client.get("/v1/sessions/e1/events?follow=maybe"), 422, "VALIDATION_FAILED"),
             (client.get("/v1/sessions", params={"limit": 0}), 422, "VALIDATION_FAILED"),
+            (client.get("/v1/sessions/e1?verbose=1"), 422, "VALIDATION_FAILED"),
+            (client.get("/v1/sessions", params={"cursor": ""}), 422, "VALIDATION_FAILED"),
             (client.get("/v1/nothing-here"), 404, "NOT_FOUND"),
             (client.put("/v1/sessions"), 405, "METHOD_NOT_ALLOWED"),
         ]

@@ -66,11 +66,18 @@ async def _http_exception(_request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
 
-def _endpoint(handler: Handler) -> Handler:
-    """Typed errors become their error response; anything else a logged 500."""
+def _endpoint(handler: Handler, query: frozenset[str] = frozenset()) -> Handler:
+    """Typed errors become their error response; anything else a logged 500. A query
+    parameter the route does not take is refused (422), not ignored."""
 
     async def run(request: Request) -> Response:
         try:
+            unknown = sorted(set(request.query_params) - query)
+            if unknown:
+                raise InvalidRequestBody(
+                    f"unknown query parameters {unknown[:5]!r:.200}; this route takes "
+                    f"{sorted(query) or 'none'}"
+                )
             return await handler(request)
         except HTTPException as exc:
             return await _http_exception(request, exc)
@@ -243,7 +250,9 @@ def create_app(
     async def list_sessions(request: Request) -> Response:
         """A page of stored sessions."""
         limit = _int_param("limit", request.query_params.get("limit"), 100, 1)
-        cursor = request.query_params.get("cursor") or None
+        cursor = request.query_params.get("cursor")
+        if cursor is not None and not 1 <= len(cursor) <= 128:
+            raise InvalidRequestBody(f"cursor must be 1..128 characters, got {len(cursor)}")
         return json_response(await service.list(limit, cursor))
 
     async def get_session(request: Request) -> Response:
@@ -328,7 +337,11 @@ def create_app(
         Route("/openapi.json", _endpoint(openapi_json), methods=["GET"]),
         Route("/v1/profiles", _endpoint(profiles), methods=["GET"]),
         Route("/v1/sessions", _endpoint(create_session), methods=["POST"]),
-        Route("/v1/sessions", _endpoint(list_sessions), methods=["GET"]),
+        Route(
+            "/v1/sessions",
+            _endpoint(list_sessions, frozenset({"limit", "cursor"})),
+            methods=["GET"],
+        ),
         Route("/v1/sessions/{id}", _endpoint(get_session), methods=["GET"]),
         Route("/v1/sessions/{id}", _endpoint(dispose_session), methods=["DELETE"]),
         Route("/v1/sessions/{id}/messages", _endpoint(send_message), methods=["POST"]),
@@ -337,7 +350,11 @@ def create_app(
         Route("/v1/sessions/{id}/cancel", _endpoint(cancel), methods=["POST"]),
         Route("/v1/sessions/{id}/fork", _endpoint(fork), methods=["POST"]),
         Route("/v1/sessions/{id}/resume", _endpoint(resume), methods=["POST"]),
-        Route("/v1/sessions/{id}/events", _endpoint(events), methods=["GET"]),
+        Route(
+            "/v1/sessions/{id}/events",
+            _endpoint(events, frozenset({"after", "follow"})),
+            methods=["GET"],
+        ),
         Route("/v1/sessions/{id}/requests/{seq}", _endpoint(rebuilt_request), methods=["GET"]),
         Route("/v1/sessions/{id}/verify", _endpoint(verify), methods=["GET"]),
     ]

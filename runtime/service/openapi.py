@@ -29,6 +29,36 @@ ERROR_RESPONSES = {
     "(STORE_UNAVAILABLE).",
 }
 
+SESSION_EVENT_SCHEMA: JsonObject = {
+    "description": "One session event as the log's codec encodes it (docs/events.md).",
+    "type": "object",
+    "properties": {
+        "type": {"type": "string"},
+        "seq": {"type": "integer", "minimum": 0},
+        "time": {"type": "integer", "minimum": 0},
+        "data": {"type": "object"},
+        "source_event_seqs": {"type": "array", "items": {"type": "integer"}},
+        "surface_op": {"type": "object"},
+        "ignorable": {"const": True},
+    },
+    "required": ["type", "seq", "time", "data"],
+}
+SSE_EVENT_SCHEMA: JsonObject = {
+    "description": "Each Server-Sent Event: `id` is the event's seq, `event` its type, `data` "
+    "the event as JSON.",
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "event": {"type": "string"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": SESSION_EVENT_SCHEMA,
+        },
+    },
+    "required": ["id", "event", "data"],
+}
+
 ID_PARAMETER: JsonObject = {
     "name": "id",
     "in": "path",
@@ -266,7 +296,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                 {
                     200: {
                         "description": "An event stream.",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
                     }
                 },
                 (409, 422),
