@@ -10,6 +10,7 @@ keep working)::
     │   ├── SessionFormatUnsupported   a newer or unknown format version; refused, not repaired
     │   ├── SessionCorruptError        damage a load cannot repair by cutting a torn tail
     │   ├── SessionNotFound            [KeyError] no such session in the store
+    │   ├── SessionIdAmbiguous         [LookupError] a shortened id matches several sessions
     │   ├── SessionExists              a session with that id is already stored
     │   ├── SessionBusy                another live writer owns the session
     │   ├── SessionForkError           a fork was refused; `.code` is a fork code
@@ -18,6 +19,8 @@ keep working)::
     ├── ContentError                   [TypeError] content is not a str or a tuple of blocks
     ├── JsonValueError                 [ValueError] a value has no lossless JSON form
     ├── ToolOrderError                 [ValueError] `tool_order` names an unknown tool
+    ├── InvalidToolSchema              [ValueError] a tool's parameters are not a JSON Schema
+    ├── CallConfigError                [ValueError] a model call option is malformed or conflicts
     ├── AgentError                     a call on an agent handle was refused or failed
     │   ├── AgentClosed                the agent was disposed or failed
     │   ├── InboxFull                  a synchronous enqueue met a full inbox
@@ -41,11 +44,11 @@ keep working)::
     ├── VerificationFailed             a stored log fails offline verification
     ├── RequestRebuildError            [LookupError] no model answer at that seq to rebuild
     ├── WorkloadError                  [ValueError] a workload file does not match its schema
+    ├── TelemetryError                 tracing was asked for and cannot be set up
     └── ServiceError                   the HTTP service refused a request; `.code` says why
         ├── InvalidRequestBody         [ValueError] a body that is not JSON, too big, off-schema
         ├── UnknownProfile             [LookupError] no agent profile by that name
         ├── IdempotencyKeyReused       a key sent again with a different request
-        ├── Unauthorized               a `/v1` request without the right bearer token
         ├── ServiceDraining            the server is shutting down; it starts nothing
         └── ServeConfigError           [ValueError] `serve` cannot start as configured
 
@@ -77,6 +80,7 @@ class ErrorCode(StrEnum):
     TOOL_ABORTED_BEFORE_DISPATCH = "TOOL_ABORTED_BEFORE_DISPATCH"
     TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
     TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+    INVALID_TOOL_OUTPUT = "INVALID_TOOL_OUTPUT"
 
     # model calls (ProviderError.code, finish errors, turn/end error.code)
     RATE_LIMITED = "RATE_LIMITED"
@@ -91,7 +95,9 @@ class ErrorCode(StrEnum):
     STREAM_INTERRUPTED = "STREAM_INTERRUPTED"
     STREAM_INCOMPLETE = "STREAM_INCOMPLETE"
     CONTENT_FILTERED = "CONTENT_FILTERED"
+    REFUSED = "REFUSED"
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
 
     # compaction (compaction/end error.code, CompactionFailed.code)
@@ -181,6 +187,17 @@ class SessionNotFound(SessionError, KeyError):
         return str(self.args[0])
 
 
+class SessionIdAmbiguous(SessionError, LookupError):
+    """A shortened or partial session id (as `sessions list` prints them) matches more
+    than one stored session; `matches` holds them all."""
+
+    def __init__(self, given: str, matches: tuple[str, ...]) -> None:
+        shown = ", ".join(matches[:4]) + (", …" if len(matches) > 4 else "")
+        super().__init__(f"session id {given!r} matches {len(matches)} sessions: {shown}")
+        self.given = given
+        self.matches = matches
+
+
 class SessionExists(SessionError):
     """A session with this id is already stored."""
 
@@ -230,7 +247,15 @@ class ToolOrderError(ActorloopError, ValueError):
     """`tool_order` names a tool the agent does not have."""
 
 
+class CallConfigError(ActorloopError, ValueError):
+    """A model call option (`LlmCallConfig`) is malformed, or two options conflict."""
+
+
 # ---------------------------------------------------------------------- agents and runtime
+
+
+class InvalidToolSchema(ActorloopError, ValueError):
+    """A `Tool`'s `parameters` is not a valid JSON Schema (refused when the Tool is made)."""
 
 
 class AgentError(ActorloopError):
@@ -398,6 +423,11 @@ class WorkloadError(ActorloopError, ValueError):
     """A workload file is missing, unreadable or does not match the schema."""
 
 
+class TelemetryError(ActorloopError):
+    """Tracing was asked for and cannot be set up: opentelemetry-api is not installed (the
+    `otel` extra), or the `telemetry` setting is not a bool, a `Telemetry` or None."""
+
+
 # ---------------------------------------------------------------------- the HTTP service
 
 
@@ -428,12 +458,6 @@ class IdempotencyKeyReused(ServiceError):
     used for; the first request's turn stands, nothing new is started."""
 
     code = ErrorCode.IDEMPOTENCY_KEY_REUSED
-
-
-class Unauthorized(ServiceError):
-    """A `/v1` request without `Authorization: Bearer <the configured token>`."""
-
-    code = ErrorCode.UNAUTHORIZED
 
 
 class ServiceDraining(ServiceError):
