@@ -101,30 +101,41 @@ def stop_server(proc: subprocess.Popen[str]) -> int:
 async def run_config(
     url: str, server_pid: int, sessions: int, turns: int, tag: str
 ) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=sessions + 4, max_keepalive_connections=sessions + 4)
     headers = {"Authorization": f"Bearer {TOKEN}"}
     sends: list[float] = []
     reads: list[float] = []
     streams: list[float] = []
     errors = 0
-    async with httpx.AsyncClient(
-        base_url=url, headers=headers, limits=limits, timeout=300
-    ) as client:
-        ids = [f"{tag}-{index}" for index in range(sessions)]
+    ids = [f"{tag}-{index}" for index in range(sessions)]
 
-        async def create(session_id: str) -> None:
-            response = await client.post("/v1/sessions", json={"session_id": session_id})
-            response.raise_for_status()
+    def client() -> httpx.AsyncClient:
+        # One client (one connection) per session, as N independent API clients: a shared
+        # pool of N connections costs the load generator O(N) per request.
+        return httpx.AsyncClient(base_url=url, headers=headers, timeout=300)
 
-        async with trio.open_nursery() as nursery:
-            for session_id in ids:
-                nursery.start_soon(create, session_id)
+    async def create(session_id: str) -> None:
+        async with client() as own:
+            (await own.post("/v1/sessions", json={"session_id": session_id})).raise_for_status()
 
-        async def drive(session_id: str) -> None:
-            nonlocal errors
+    async with trio.open_nursery() as nursery:
+        for session_id in ids:
+            nursery.start_soon(create, session_id)
+
+    connected = 0
+    all_connected = trio.Event()
+    go = trio.Event()
+
+    async def drive(session_id: str) -> None:
+        nonlocal errors, connected
+        async with client() as own:
+            (await own.get("/healthz")).raise_for_status()  # connected before the clock runs
+            connected += 1
+            if connected == sessions:
+                all_connected.set()
+            await go.wait()
             for turn in range(turns):
                 started = time.perf_counter()
-                response = await client.post(
+                response = await own.post(
                     f"/v1/sessions/{session_id}/messages",
                     json={"content": f"message {turn} of the benchmark"},
                 )
@@ -132,27 +143,23 @@ async def run_config(
                 if response.status_code != 200 or response.json()["reason"] != "completed":
                     errors += 1
                 started = time.perf_counter()
-                (await client.get(f"/v1/sessions/{session_id}")).raise_for_status()
+                (await own.get(f"/v1/sessions/{session_id}")).raise_for_status()
                 reads.append(time.perf_counter() - started)
-
-        began = time.perf_counter()
-        client_cpu, server_cpu = time.process_time(), cpu_seconds(server_pid)
-        async with trio.open_nursery() as nursery:
-            for session_id in ids:
-                nursery.start_soon(drive, session_id)
-        wall = time.perf_counter() - began
-        client_cpu = time.process_time() - client_cpu
-        server_cpu = cpu_seconds(server_pid) - server_cpu
-
-        async def stream(session_id: str) -> None:
             started = time.perf_counter()
-            response = await client.get(f"/v1/sessions/{session_id}/events?follow=false")
+            response = await own.get(f"/v1/sessions/{session_id}/events?follow=false")
             response.raise_for_status()
             streams.append(time.perf_counter() - started)
 
-        async with trio.open_nursery() as nursery:
-            for session_id in ids:
-                nursery.start_soon(stream, session_id)
+    async with trio.open_nursery() as nursery:
+        for session_id in ids:
+            nursery.start_soon(drive, session_id)
+        await all_connected.wait()
+        began = time.perf_counter()
+        client_cpu, server_cpu = time.process_time(), cpu_seconds(server_pid)
+        go.set()
+    wall = time.perf_counter() - began
+    client_cpu = time.process_time() - client_cpu
+    server_cpu = cpu_seconds(server_pid) - server_cpu
 
     def ms(samples: list[float]) -> dict[str, float]:
         return {
@@ -180,6 +187,57 @@ async def run_config(
     }
 
 
+async def http_floor(url: str, server_pid: int, clients: int, requests: int) -> dict[str, Any]:
+    """`GET /healthz` from `clients` connections: the cost of an HTTP exchange through
+    Hypercorn and Starlette with nothing behind it, the floor under every figure above."""
+    done = 0
+
+    async def hammer() -> None:
+        nonlocal done
+        async with httpx.AsyncClient(base_url=url) as own:
+            for _ in range(requests):
+                (await own.get("/healthz")).raise_for_status()
+                done += 1
+
+    server_cpu = cpu_seconds(server_pid)
+    began = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(clients):
+            nursery.start_soon(hammer)
+    wall = time.perf_counter() - began
+    server_cpu = cpu_seconds(server_pid) - server_cpu
+    return {
+        "clients": clients,
+        "requests": done,
+        "requests_per_s": round(done / wall, 1),
+        "server_cpu_ms_per_request": round(server_cpu * 1e3 / done, 3),
+    }
+
+
+async def direct_baseline(root: Path, sessions: int, turns: int, latency_ms: float) -> float:
+    """Turns/s of the same load driven in-process (`agent.send`, no HTTP): what the service
+    adds is the difference."""
+    from actorloop.runtime import AgentOptions, Runtime
+    from actorloop.runtime.orchestration import LOOKUP, make_sim
+
+    store = f"sqlite:{root / f'direct-{sessions}-{turns}-{latency_ms:g}.db'}"
+    async with Runtime.open(store=store, provider=make_sim(latency_ms, None)) as rt:
+        options = AgentOptions(
+            model="sim-1", system="You are a helpful assistant.", tools=(LOOKUP,)
+        )
+        agents = [await rt.spawn(options) for _ in range(sessions)]
+
+        async def drive(agent: Any) -> None:
+            for turn in range(turns):
+                await agent.send(f"message {turn} of the benchmark")
+
+        began = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for agent in agents:
+                nursery.start_soon(drive, agent)
+        return sessions * turns / (time.perf_counter() - began)
+
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "platform": platform.platform()}
     for package in ("trio", "httpx", "hypercorn", "starlette", "sse-starlette", "orjson"):
@@ -193,11 +251,14 @@ def versions() -> dict[str, str]:
 def measure(quick: bool) -> dict[str, Any]:
     load_before = os.getloadavg()
     rows = []
+    floor: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
         for latency in sorted({config[2] for config in (QUICK_CONFIGS if quick else CONFIGS)}):
             proc, url = start_server(root, latency)
             try:
+                if not floor:
+                    floor = trio.run(http_floor, url, proc.pid, 10, 50 if quick else 200)
                 for index, (sessions, turns, config_latency) in enumerate(
                     QUICK_CONFIGS if quick else CONFIGS
                 ):
@@ -205,6 +266,8 @@ def measure(quick: bool) -> dict[str, Any]:
                         continue
                     row = trio.run(run_config, url, proc.pid, sessions, turns, f"c{index}")
                     row["model_latency_ms"] = latency
+                    direct = trio.run(direct_baseline, root, sessions, turns, latency)
+                    row["direct_turns_per_s"] = round(direct, 1)
                     rows.append(row)
                     print(
                         f"{sessions} sessions × {turns} turns, model {latency:g} ms: "
@@ -225,6 +288,7 @@ def measure(quick: bool) -> dict[str, Any]:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "quick": quick,
+        "http_floor": floor,
         "results": rows,
     }
 
@@ -247,23 +311,36 @@ def render(report: dict[str, Any]) -> str:
         "turn's events are flushed to SQLite before the send answers. After every send the "
         "client also reads the session (`GET /v1/sessions/{id}`).",
         "",
-        "| sessions × turns | model latency | turns/s | HTTP requests/s | send p50 | send p90 "
-        "| send p99 | send max | read p50 | read p99 | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| sessions × turns | model latency | turns/s | in-process turns/s | HTTP requests/s "
+        "| send p50 | send p90 | send p99 | send max | read p50 | read p99 "
+        "| server CPU/turn | client CPU/turn | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in report["results"]:
         send, read = row["send"], row["read"]
         lines.append(
             f"| {row['sessions']} × {row['turns_per_session']} | {row['model_latency_ms']:g} ms "
-            f"| {row['turns_per_s']} | {row['http_requests_per_s']} | {send['p50_ms']} ms "
+            f"| {row['turns_per_s']} | {row['direct_turns_per_s']} "
+            f"| {row['http_requests_per_s']} | {send['p50_ms']} ms "
             f"| {send['p90_ms']} ms | {send['p99_ms']} ms | {send['max_ms']} ms "
-            f"| {read['p50_ms']} ms | {read['p99_ms']} ms | {row['errors']} |"
+            f"| {read['p50_ms']} ms | {read['p99_ms']} ms "
+            f"| {row['server_cpu_ms_per_turn']} ms | {row['client_cpu_ms_per_turn']} ms "
+            f"| {row['errors']} |"
         )
     lines += [
         "",
-        "Client and server share the machine's cores, so these figures include the load "
-        "generator's own cost; the server is one trio thread (agents and HTTP in one event "
-        "loop).",
+        f"HTTP floor: `GET /healthz` (nothing behind it) from {report['http_floor']['clients']} "
+        f"connections ran at {report['http_floor']['requests_per_s']} requests/s, "
+        f"{report['http_floor']['server_cpu_ms_per_request']} ms of server CPU per request "
+        "(Hypercorn + Starlette on this machine).",
+        "",
+        "*in-process turns/s*: the same sessions and turns driven with `agent.send` in one "
+        "process (same store kind, same simulator, no HTTP): the gap is what the service "
+        "adds. *CPU/turn*: user + system CPU of the server process and of the load generator "
+        "over the timed run, per turn (each turn is a send and a read). Client and server "
+        "share the machine's cores, so when the client's CPU per turn exceeds the server's, "
+        "the load generator itself bounds the figures; the server is one trio thread "
+        "(agents and HTTP in one event loop).",
         "",
     ]
     return "\n".join(lines)

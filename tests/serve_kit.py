@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -112,13 +113,13 @@ class Running:
 
 @asynccontextmanager
 async def running_server(
-    app_config: AppConfig, *, store: str = "memory:", **settings: Any
+    app_config: AppConfig, *, store: str = "memory:", routes: Any = (), **settings: Any
 ) -> AsyncIterator[Running]:
     """A real server on 127.0.0.1 (port 0) in this trio run; drained when the block ends."""
     control = ServerControl()
     config = ServeSettings(host="127.0.0.1", port=0, store=store, **settings)
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(serve, config, app_config, control)
+        url = await nursery.start(partial(serve, config, app_config, control, routes=routes))
         assert control.service is not None
         try:
             yield Running(url, control, control.service)

@@ -21,6 +21,8 @@ from serve_kit import (
     read_events,
     running_server,
 )
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from actorloop.codecs.converter import encode_event
 from actorloop.runtime import AgentOptions, EchoProvider
@@ -55,15 +57,23 @@ def turn_ends(server: Running, session_id: str) -> list[dict[str, Any]]:
     ]
 
 
-async def test_health_openapi_and_profiles() -> None:
-    async with running_server(app_config_for(HeldModel())) as server, server.client() as client:
+async def test_health_openapi_profiles_and_routes_another_edge_adds() -> None:
+    async def page(_request: Any) -> Any:
+        return PlainTextResponse("inspector")
+
+    routes = [Route("/", page)]
+    async with (
+        running_server(app_config_for(HeldModel()), routes=routes, token=TOKEN) as server,
+        server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as client,
+    ):
+        async with server.client() as anonymous:
+            assert (await anonymous.get("/")).text == "inspector"  # outside /v1: no token
         health = await client.get("/healthz")
         assert health.status_code == 200
         assert health.json() == {"status": "ok", "live_agents": 0, "open_streams": 0}
         document = (await client.get("/openapi.json")).json()
         assert document["openapi"].startswith("3.1")
         assert "/v1/sessions/{id}/requests/{seq}" in document["paths"]
-        assert "security" not in document["paths"]["/v1/sessions"]["post"]
         profiles = (await client.get("/v1/profiles")).json()["profiles"]
         assert [(p["name"], p["default"], p["tools"]) for p in profiles] == [
             ("default", True, ["lookup"]),

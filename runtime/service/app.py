@@ -4,7 +4,7 @@ query parameters, JSON and Server-Sent Events out, errors as `{"error": {"code",
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actorloop.codecs.converter import encode_event, unstructure
@@ -224,9 +224,11 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ping_seconds: float = 15,
+    routes: Sequence[BaseRoute] = (),
 ) -> ASGIApp:
     """The ASGI app over `service`: `/healthz`, `/openapi.json` and the `/v1` routes
-    (bearer-token protected when `token` is set; bodies above `max_body_bytes` get 413)."""
+    (bearer-token protected when `token` is set; bodies above `max_body_bytes` get 413),
+    then `routes` (what another edge adds, e.g. a web inspector at `/`)."""
     openapi = orjson.dumps(openapi_document(auth=token is not None))
 
     async def health(_request: Request) -> Response:
@@ -332,7 +334,7 @@ def create_app(
         """Verify the session's log."""
         return json_response(await service.verify(request.path_params["id"]))
 
-    routes = [
+    own: list[BaseRoute] = [
         Route("/healthz", _endpoint(health), methods=["GET"]),
         Route("/openapi.json", _endpoint(openapi_json), methods=["GET"]),
         Route("/v1/profiles", _endpoint(profiles), methods=["GET"]),
@@ -359,7 +361,7 @@ def create_app(
         Route("/v1/sessions/{id}/verify", _endpoint(verify), methods=["GET"]),
     ]
     app: ASGIApp = _BodyLimit(
-        Starlette(routes=routes, exception_handlers={HTTPException: _http_exception}),
+        Starlette(routes=[*own, *routes], exception_handlers={HTTPException: _http_exception}),
         max_body_bytes,
     )
     if token is not None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Sequence
 from functools import partial
 
 import trio
 from attrs import frozen
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
+from starlette.routing import BaseRoute
 
 from actorloop.runtime.runtime import Runtime
 from actorloop.runtime.service.app import DEFAULT_MAX_BODY_BYTES, create_app
@@ -93,11 +95,12 @@ async def serve(
     app_config: AppConfig,
     control: ServerControl,
     *,
+    routes: Sequence[BaseRoute] = (),
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the runtime and the service, listen, and report the URL through `task_status`;
     when `control.drain()` is called, drain and return (the runtime then closes: every
-    agent disposed, the store flushed and closed)."""
+    agent disposed, the store flushed and closed). `routes` are served after the API's."""
     check_bind(settings.host, settings.token)
     async with Runtime.open(
         store=settings.store,
@@ -113,7 +116,12 @@ async def serve(
             trio.open_nursery() as nursery,
         ):
             control.attach(service)
-            app = create_app(service, token=settings.token, max_body_bytes=settings.max_body_bytes)
+            app = create_app(
+                service,
+                token=settings.token,
+                max_body_bytes=settings.max_body_bytes,
+                routes=routes,
+            )
             binds = await nursery.start(
                 partial(
                     hypercorn_serve,
