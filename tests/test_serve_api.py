@@ -279,6 +279,8 @@ async def test_a_busy_session_refuses_a_second_send_or_queues_it_on_request() ->
             assert queued.status_code == 202
             also = await client.post("/v1/sessions/busy/messages", json={"content": "and me"})
             assert (also.status_code, error_of(also)) == (409, "SESSION_BUSY")
+            open_turn = await client.post("/v1/sessions/busy/fork", json={})
+            assert (open_turn.status_code, error_of(open_turn)) == (409, "OPEN_TURN")
             assert len(turn_ends(server, "busy")) == 0
             model.release()
         assert (results["first"]["turn"], results["first"]["text"]) == (1, "echo: hold the line")
@@ -541,3 +543,23 @@ async def test_the_drain_refuses_new_work_ends_streams_and_aborts_turns_after_th
     )
     # The stream ended at the drain's start (it returned), having begun with turn 1.
     assert results["streamed"][0].event == "turn/start"
+
+
+async def test_a_forced_drain_cuts_the_grace_period_short() -> None:
+    model = HeldModel()
+    outcome: dict[str, Any] = {}
+    async with (
+        running_server(app_config_for(model), grace_seconds=3600) as server,
+        server.client() as client,
+    ):
+        await create(client, "f")
+        async with trio.open_nursery() as nursery:
+
+            async def held() -> None:
+                outcome.update(await send(client, "f", "hold for an hour"))
+
+            nursery.start_soon(held)
+            await model.entered.wait()
+            server.control.drain()
+            server.control.force()  # a second SIGTERM: no hour of grace
+    assert (outcome["reason"], outcome["message"]) == ("aborted", "server shutting down")
