@@ -1,6 +1,6 @@
 """The runtime driven from asyncio (FastAPI, aiohttp, ...): `aio.Runtime` and `aio.Agent`
 mirror the trio API while trio runs as a guest on the asyncio event loop; cancellation
-crosses both ways (decision 0007, docs/asyncio.md, docs/spec/runtime.md §12)."""
+crosses both ways (decision 0008, docs/asyncio.md, docs/spec/runtime.md §12)."""
 
 from __future__ import annotations
 
@@ -392,7 +392,9 @@ class Runtime:
         self._stop = trio.Event()
         self._ready: asyncio.Future[None] = host.loop.create_future()
         self._finished: asyncio.Future[None] = host.loop.create_future()
-        self._handles: weakref.WeakKeyDictionary[TrioAgent, Agent] = weakref.WeakKeyDictionary()
+        # By the trio handle's id: an entry lives while its aio handle does (which keeps the
+        # trio handle, so the id cannot be reused meanwhile).
+        self._handles: weakref.WeakValueDictionary[int, Agent] = weakref.WeakValueDictionary()
 
     @classmethod
     @asynccontextmanager
@@ -492,9 +494,9 @@ class Runtime:
         return self._runtime
 
     def _handle(self, agent: TrioAgent) -> Agent:
-        handle = self._handles.get(agent)
+        handle = self._handles.get(id(agent))
         if handle is None:
-            handle = self._handles[agent] = Agent(self, agent)
+            handle = self._handles[id(agent)] = Agent(self, agent)
         return handle
 
     # ------------------------------------------------------------------ the trio API

@@ -1,4 +1,4 @@
-"""`actorloop.runtime.aio`: the trio runtime driven from asyncio (decision 0007,
+"""`actorloop.runtime.aio`: the trio runtime driven from asyncio (decision 0008,
 docs/spec/runtime.md §12). Each test runs its own `asyncio.run`, so the bridge starts and
 ends a real trio guest run on a real asyncio loop every time."""
 
