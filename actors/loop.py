@@ -4,9 +4,12 @@ header recording, streaming, tools and cancellation, in the order of docs/spec/l
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeAlias
+from functools import partial
+from typing import Any, Literal, Protocol, TypeAlias, get_args
 
+import attrs
 import orjson
 import trio
 from attrs import define, evolve, field, frozen
@@ -14,8 +17,18 @@ from attrs import define, evolve, field, frozen
 from actorloop.codecs.converter import structure_as, unstructure
 from actorloop.codecs.jsonvalue import freeze_json, freeze_object
 from actorloop.runtime.agent import Agent, AgentStatus
-from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo
-from actorloop.runtime.errors import ActorStopped, AgentClosed, ErrorCode, InboxFull, ProviderError
+from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo, StreamChunk
+from actorloop.runtime.errors import (
+    ActorStopped,
+    AgentClosed,
+    ErrorCode,
+    HookError,
+    InboxFull,
+    JsonValueError,
+    ProviderError,
+    SessionValidationError,
+    sole_error,
+)
 from actorloop.runtime.events import (
     APPEND,
     AssistantChunk,
@@ -44,18 +57,20 @@ from actorloop.runtime.hooks import (
     listeners_for,
     run_notify,
     run_serial,
+    run_until_answer,
     run_waterfall,
 )
 from actorloop.runtime.kernel import ActorRef, Mailbox
 from actorloop.runtime.messages import (
     Content,
     Message,
+    Reasoning,
     Source,
     Text,
     ToolCall,
     as_message_tuple,
 )
-from actorloop.runtime.options import AgentOptions, ToolContext
+from actorloop.runtime.options import AgentOptions, Tool, ToolContext
 from actorloop.runtime.providers.base import Provider, opened_stream
 from actorloop.runtime.request import Request, request_digest
 from actorloop.runtime.seams import (
@@ -64,12 +79,16 @@ from actorloop.runtime.seams import (
     ContextItem,
     Continuation,
     Deny,
+    InboxEvent,
+    InboxEventKind,
+    PostStep,
     PreStep,
     PromptSubmit,
     RequestFailure,
     ToolCallInfo,
     ToolOutcome,
     TurnResult,
+    TurnStop,
 )
 from actorloop.runtime.session import Session
 from actorloop.runtime.surface import chain_of
@@ -84,6 +103,18 @@ SessionStartKind = Literal["startup", "resume", "fork"]
 
 CALLER_CANCELLED = "caller cancelled"
 """The cancel reason of a turn whose caller (the task awaiting its send) was cancelled."""
+
+POST_STEP_GRACE = 5.0
+"""Seconds `agent/post-step` listeners get in the shielded close of a cancelled turn."""
+
+CHUNK_TYPES = frozenset(get_args(StreamChunk))
+
+RECONFIGURABLE = frozenset(
+    name
+    for name in attrs.fields_dict(AgentOptions)
+    if name not in ("provider", "labels", "inbox_capacity")
+)
+"""What `reconfigure()` may change: the provider, labels and inbox are fixed per instance."""
 
 
 class Compactor(Protocol):
@@ -135,13 +166,17 @@ class _Step:
 
     turn: int
     number: int
+    tools: Mapping[str, Tool]
+    """The tools assembled for this step (what its calls run)."""
     requested: tuple[ToolCall, ...] = ()
     logged_calls: dict[str, int] = field(factory=dict)
     """call id -> seq of its `tool/call` event."""
     answered: set[str] = field(factory=set)
     started: set[str] = field(factory=set)
     finished: dict[str, ToolOutcome] = field(factory=dict)
-    """Real outcomes of calls that ran to the end (a cancel still logs these)."""
+    """Real outcomes of calls that ran to the end or were denied (a cancel still logs
+    these)."""
+    post_step_done: bool = False
 
 
 @define
@@ -167,6 +202,8 @@ class _Turn:
     """Number of the latest step started (0 before the first)."""
     tool_batch: list[ContextItem] | None = None
     overflow_retries: int = 0
+    ended_step: _Step | None = None
+    """The latest step closed with `step/end` (its post-step may still be owed)."""
 
 
 @frozen
@@ -195,14 +232,6 @@ def _render_system(base: str | None, sections: object) -> str:
     return "\n\n".join(part for part in (base or "", *sections) if part)
 
 
-def _tool_text(output: object) -> tuple[Text, ...]:
-    if isinstance(output, str):
-        return (Text(output),)
-    if isinstance(output, (tuple, list)) and all(isinstance(b, Text) for b in output):
-        return tuple(output)
-    raise TypeError(f"tool returned {type(output).__name__}; expected str or a tuple of Text")
-
-
 def _error_outcome(info: ToolCallInfo, code: ErrorCode, message: str) -> ToolOutcome:
     """An error result for a call that produced no real one (denied, failed, cancelled)."""
     return ToolOutcome(
@@ -215,6 +244,134 @@ def _error_outcome(info: ToolCallInfo, code: ErrorCode, message: str) -> ToolOut
         True,
         ToolError(info.name, code),
     )
+
+
+def _tool_text(output: object) -> tuple[Text, ...] | None:
+    """A tool's output as result blocks (a str, or a tuple of Text with str text whose
+    values the log can hold), or None when it is anything else."""
+    if isinstance(output, str):
+        blocks: tuple[Text, ...] = (Text(output),)
+    elif isinstance(output, (tuple, list)) and all(
+        type(block) is Text and type(block.text) is str for block in output
+    ):
+        blocks = tuple(output)
+    else:
+        return None
+    try:
+        freeze_json([block.text for block in blocks], "$.output")
+    except JsonValueError:
+        return None
+    return blocks
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
+
+
+def _same_call(info: ToolCallInfo, call_id: str, name: str, hook: str) -> None:
+    if (call_id, name) != (info.call_id, info.name):
+        raise HookError(
+            f"a {hook} listener changed call {info.call_id!r} ({info.name}) into "
+            f"{call_id!r} ({name}); a call keeps the id and name the model gave it"
+        )
+
+
+def _checked_outcome(outcome: object, info: ToolCallInfo, hook: str) -> ToolOutcome:
+    if not isinstance(outcome, ToolOutcome):
+        raise HookError(f"{hook} must return a ToolOutcome, got {_describe(outcome)}")
+    _same_call(info, outcome.call_id, outcome.name, hook)
+    if _tool_text(outcome.content) is None:
+        raise HookError(f"{hook} returned content that is not a tuple of Text with str text")
+    return outcome
+
+
+def _checked_reply(reply: object, *, allow_tool_calls: bool) -> Content:
+    """The content of an `agent/step-result` answer: an assistant Message of text,
+    reasoning and (unless the answer was cut at max-tokens) tool-call blocks."""
+    if not isinstance(reply, Message) or reply.role != "assistant":
+        raise HookError(
+            f"agent/step-result must return an assistant Message, got {_describe(reply)}"
+        )
+    allowed = (Text, Reasoning, ToolCall) if allow_tool_calls else (Text, Reasoning)
+    for block in reply.content:
+        if type(block) not in allowed:
+            raise HookError(
+                f"agent/step-result returned a {type(block).__name__} block; an assistant "
+                f"message holds {', '.join(kind.__name__ for kind in allowed)} blocks"
+            )
+    return reply.content
+
+
+def _duplicate_call_ids(content: Content) -> ErrorInfo | None:
+    ids = [block.id for block in content if isinstance(block, ToolCall)]
+    repeated = sorted({call_id for call_id in ids if ids.count(call_id) > 1})
+    if not repeated:
+        return None
+    return ErrorInfo(
+        f"the model asked for several tool calls with the same id {repeated}; "
+        "no call can be paired with its result",
+        ErrorCode.DUPLICATE_TOOL_CALL_ID,
+    )
+
+
+def _ordered_tools(tools: Sequence[Tool], tool_order: Sequence[str] | None) -> tuple[Tool, ...]:
+    """The options' tools in their configured order (`tool_order` first, then by name)."""
+    by_name = {tool.name: tool for tool in tools}
+    return tuple(
+        by_name[schema.name] for schema in order_tools((t.schema for t in tools), tool_order)
+    )
+
+
+def _checked_tools(value: object) -> tuple[Tool, ...]:
+    if not isinstance(value, (tuple, list)) or not all(isinstance(t, Tool) for t in value):
+        raise HookError(f"tools/assemble must return a tuple of Tool, got {_describe(value)}")
+    names = [tool.name for tool in value]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise HookError(f"tools/assemble returned several tools named {repeated}")
+    return tuple(value)
+
+
+def _tool_groups(
+    calls: Sequence[ToolCall], tools: Mapping[str, Tool]
+) -> list[list[tuple[int, ToolCall]]]:
+    """The calls in model order, cut into groups: a run of non-exclusive calls is one
+    group (a pool), an exclusive call a group of its own (a barrier)."""
+    groups: list[list[tuple[int, ToolCall]]] = []
+    pooled = False
+    for index, call in enumerate(calls):
+        tool = tools.get(call.name)
+        exclusive = tool is not None and tool.exclusive
+        if exclusive or not pooled:
+            groups.append([])
+        groups[-1].append((index, call))
+        pooled = not exclusive
+    return groups
+
+
+class _ResultsInOrder:
+    """Appends a step's tool results in model order as their outcomes come in (a pool
+    finishes in any order), and queues their post-execute contexts in the same order."""
+
+    def __init__(self, loop: LoopActor, turn: _Turn, step: _Step) -> None:
+        self._loop = loop
+        self._turn = turn
+        self._step = step
+        self._next = 0
+        self._ready: dict[int, ToolOutcome] = {}
+
+    def ready(self, index: int, outcome: ToolOutcome) -> None:
+        self._ready[index] = outcome
+        while self._next in self._ready:
+            outcome = self._ready.pop(self._next)
+            self._loop._log_result(self._step, outcome)
+            assert self._turn.tool_batch is not None
+            self._turn.tool_batch.extend(
+                item if isinstance(item, ContextItem) else ContextItem((Text(item),))
+                for item in outcome.additional_context
+            )
+            self._next += 1
 
 
 class LoopActor:
@@ -248,6 +405,10 @@ class LoopActor:
         self._prefix_chain = b""
         self.logged_header = False
         """Whether this instance wrote its anchoring `request/header` snapshot."""
+        self._seed_from_options = True
+        """The next request's config starts from the options (this instance's first
+        request, or after `reconfigure` changed a call setting), else from the header."""
+        self._flush_lock = trio.Lock()
         self._persisted = len(session)
         # The mailbox is the kernel's: the supervisor hands it to `run` and the runtime
         # attaches the sending ref (and how to stop it) right after spawning.
@@ -304,6 +465,7 @@ class LoopActor:
         except BaseException:
             self._work_done()
             raise
+        self._inbox_event("enqueue", item)
 
     def _context_now(
         self, content: Content, source: Source, meta: Mapping[str, Any] | None
@@ -378,6 +540,23 @@ class LoopActor:
     async def compact(self) -> TurnResult:
         return await self._submit(TurnItem("compaction", (), Source.of_plugin("compaction")))
 
+    def reconfigure(self, changes: Mapping[str, Any]) -> AgentOptions:
+        """New options from the next step on (the running step keeps what it assembled);
+        a change of the system prompt, tools or call settings reaches the header as a
+        delta (or a fallback snapshot) on the next request."""
+        self._refuse_if_closed()
+        fixed = sorted(set(changes) - RECONFIGURABLE)
+        if fixed:
+            raise ValueError(
+                f"reconfigure cannot change {fixed}: the provider, labels and inbox capacity "
+                "are fixed for a loop instance (resume it with other options instead)"
+            )
+        options = attrs.evolve(self.options, **changes)
+        if options.call_config() != self.options.call_config():
+            self._seed_from_options = True
+        self.options = options
+        return options
+
     def _cancellable_turn(self) -> _Turn | None:
         turn = self._turn
         return turn if turn is not None and not turn.retired else None
@@ -408,6 +587,11 @@ class LoopActor:
         chain = self._chain(name)
         if chain:
             run_notify(name, chain, self.agent, value)
+
+    def _inbox_event(self, kind: InboxEventKind, item: TurnItem) -> None:
+        if self._chain("agent/inbox"):
+            queued = len(self._inbox) if self._inbox is not None else 0
+            self.notify("agent/inbox", InboxEvent(kind, item.kind, item.source, queued))
 
     def _refresh_status(self) -> None:
         """The one place the status changes: it is derived from the actor's state, and
@@ -453,6 +637,7 @@ class LoopActor:
         except BaseException:
             self._work_done()
             raise
+        self._inbox_event("enqueue", item)
         try:
             await item.done.wait()
         except trio.Cancelled:
@@ -470,6 +655,7 @@ class LoopActor:
         caller's cancellation goes on once the turn is closed; the inbox behind it runs.
         """
         if self._mailbox is not None and self._mailbox.withdraw(item):
+            self._inbox_event("discard", item)
             self._finish_item(item, TurnResult(None, "discarded"))
             return
         turn = self._cancellable_turn()
@@ -490,6 +676,7 @@ class LoopActor:
         except ActorStopped as exc:
             self._work_done()
             raise AgentClosed(f"agent {self.session.id!r} is {self.status}") from exc
+        self._inbox_event("enqueue", item)
 
     def _busy(self) -> bool:
         return bool(self._outstanding or self._owned)
@@ -528,6 +715,7 @@ class LoopActor:
                 item = self._inbox.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 return
+            self._inbox_event("discard", item)
             self._finish_item(item, TurnResult(None, "discarded"))
 
     # ------------------------------------------------------------------ actor body
@@ -550,6 +738,7 @@ class LoopActor:
                 # and the turn takes it without a checkpoint in between, so a cancel or
                 # dispose finds it either queued or owned by a turn scope.
                 current = item
+                self._inbox_event("dequeue", item)
                 await self._run_item(item)
                 current = None
         except Exception as exc:
@@ -610,8 +799,9 @@ class LoopActor:
             # Retire the scope first: a cancel from here on does nothing to this turn.
             turn.retired = True
             if scope.cancel_called or reason is None:
-                # reason is None without our scope cancelled: an outer cancellation (shutdown).
-                outer = not scope.cancel_called
+                # Cancelled from outside the turn's own scope (the runtime's scope: shutdown)
+                # is a disposal, even when a cancel of the turn itself came first.
+                outer = trio.current_effective_deadline() == -math.inf
                 reason = TurnEndReason(
                     "disposed" if self._disposing or outer else "aborted",
                     reason=turn.cancel_reason,
@@ -620,6 +810,9 @@ class LoopActor:
                 reported = error
             with trio.CancelScope(shield=True):
                 self._close_open_step(turn)
+                owed = turn.ended_step
+                if owed is not None and not owed.post_step_done:
+                    await self._post_step_in_close(owed)
                 self._append("turn/end", TurnEnd(turn.number, reason))
                 self._turn = None
                 await self._flush()
@@ -713,14 +906,16 @@ class LoopActor:
         await self._flush()
 
     async def _flush(self) -> None:
-        events = self.session.events_since(self._persisted)
-        self._persisted = len(self.session)
-        # `_persisted` has moved past these events, so the hand-off must not be cut short: a
-        # cancel landing before they reach the codec would leave a gap in the store, which
-        # then refuses every later batch. The barrier is shielded; a pending cancel lands at
-        # the checkpoint right after it (before anything is dispatched).
+        # `_persisted` moves past the events handed off, so the hand-off must not be cut
+        # short: a cancel landing before they reach the codec would leave a gap in the
+        # store, which then refuses every later batch. The barrier is shielded (a pending
+        # cancel lands at the checkpoint right after it, before anything is dispatched),
+        # and hand-offs are serialized so concurrent barriers reach the codec in seq order.
         with trio.CancelScope(shield=True):
-            await self._persist(self.session.id, events)
+            async with self._flush_lock:
+                events = self.session.events_since(self._persisted)
+                self._persisted = len(self.session)
+                await self._persist(self.session.id, events)
         await trio.lowlevel.checkpoint_if_cancelled()
 
     # ------------------------------------------------------------------ the turn
@@ -756,12 +951,14 @@ class LoopActor:
         for extra in decision.additional_context:
             self._append_context(extra)
 
-    async def _assemble(self) -> tuple[str, tuple[ToolSchema, ...]]:
-        """The full system prompt and the tools of this step (`system-prompt/assemble`)."""
+    async def _assemble(self) -> tuple[str, tuple[Tool, ...]]:
+        """The full system prompt and the tools of this step (`system-prompt/assemble`,
+        `tools/assemble`); the tools' schemas, in this order, are what the header records."""
         sections = await self._seam("system-prompt/assemble", ())
         system = _render_system(self.options.system, sections)
-        tools = order_tools((tool.schema for tool in self.options.tools), self.options.tool_order)
-        self.current_tools = tools
+        configured = _ordered_tools(self.options.tools, self.options.tool_order)
+        tools = _checked_tools(await self._seam("tools/assemble", configured))
+        self.current_tools = tuple(tool.schema for tool in tools)
         return system, tools
 
     async def _session_prefix(self) -> tuple[Message, ...]:
@@ -799,16 +996,17 @@ class LoopActor:
         boundary = self.session.derive_messages()
         history_chain = self.session.history_chain()
         self._append("step/start", StepStart(turn.number, number))
-        step = turn.step = _Step(turn.number, number)
+        step = turn.step = _Step(turn.number, number, {tool.name: tool for tool in tools})
         await self._observers_may_have_cancelled()
 
-        seed = self.options.call_config() if not self.logged_header else self._folded_config()
+        seed = self.options.call_config() if self._seed_from_options else self._folded_config()
         config = await self._seam("agent/request", seed)
         if not isinstance(config, LlmCallConfig):
             raise TypeError(f"agent/request returned {type(config).__name__}, not LlmCallConfig")
 
-        header = canonical(EpochHeader(config, system, tools, prefix))
+        header = canonical(EpochHeader(config, system, self.current_tools, prefix))
         self._record_header(header)
+        self._seed_from_options = False
         request = Request(
             self.session.id,
             config,
@@ -822,38 +1020,19 @@ class LoopActor:
 
         assembler = ChunkAssembler()
         chunk_seqs: list[int] = []
-        failure: ErrorInfo | None = None
-        try:
-            # Closed before anything is appended after the stream: the provider's cleanup
-            # runs inside the step, on completion, error and cancel alike.
-            async with opened_stream(self.provider, request) as stream:
-                async for chunk in stream:
-                    chunk_seqs.append(
-                        self._append(
-                            "assistant/chunk", AssistantChunk(turn.number, number, chunk)
-                        ).seq
-                    )
-                    assembler.feed(chunk)
-                    await self._observers_may_have_cancelled()
-        except ProviderError as exc:
-            failure = ErrorInfo(str(exc), exc.code)
-        if failure is None:
-            finish = assembler.finish
-            if finish is None:
-                failure = ErrorInfo(
-                    "provider stream ended without a finish chunk", ErrorCode.STREAM_INCOMPLETE
-                )
-            elif finish.kind == "error":
-                failure = finish.error or ErrorInfo(
-                    "provider reported an error", ErrorCode.PROVIDER_ERROR
-                )
+        failure = await self._stream(request, step, assembler, chunk_seqs)
         if failure is not None:
             return await self._request_failed(turn, step, failure)
 
         assert assembler.finish is not None
         max_tokens = assembler.finish.kind == "max-tokens"
-        content = assembler.content(drop_tool_calls=max_tokens)
-        if not max_tokens and any(isinstance(block, ToolCall) for block in content):
+        assembled = Message("assistant", assembler.content(drop_tool_calls=max_tokens))
+        reply = await self._seam("agent/step-result", assembled)
+        content = _checked_reply(reply, allow_tool_calls=not max_tokens)
+        failure = _duplicate_call_ids(content)
+        if failure is not None:
+            return await self._request_failed(turn, step, failure)
+        if any(isinstance(block, ToolCall) for block in content):
             # From the tool-requesting message on, contexts wait for the batch's last result:
             # an observer of this very append may inject, and must not split call from result.
             turn.tool_batch = []
@@ -867,6 +1046,7 @@ class LoopActor:
                 config.model,
                 assembler.usage,
                 digest,
+                rewritten=content != assembled.content,
             ),
             surface=True,
             sources=tuple(chunk_seqs),
@@ -874,16 +1054,24 @@ class LoopActor:
         step.requested = tuple(block for block in content if isinstance(block, ToolCall))
         await self._observers_may_have_cancelled()
         if max_tokens:
-            self._end_step(turn)
+            await self._end_step(turn)
             return EndTurn(TurnEndReason("max-tokens"))
 
         if step.requested:
             await self._run_tools(turn, step)
 
-        self._end_step(turn)
-        # An observer of tool/result, context/message or step/end may have cancelled: the
-        # continuation seam does not run for a cancelled turn.
-        await self._observers_may_have_cancelled()
+        await self._end_step(turn)
+        stop = await run_until_answer(
+            self._chain("agent/turn-stop"), self.agent, TurnStop(turn.number, number)
+        )
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if stop is not None:
+            self._steering.clear()
+            return EndTurn(
+                TurnEndReason(
+                    "completed", reason=stop if isinstance(stop, str) else "agent/turn-stop"
+                )
+            )
         decision = await self._seam(
             "agent/turn-continuation",
             Continuation(
@@ -901,6 +1089,48 @@ class LoopActor:
         if decision.reason:
             self._steering.append(((Text(decision.reason),), Source.of_plugin("turn-continuation")))
         return NextStep()
+
+    async def _stream(
+        self,
+        request: Request,
+        step: _Step,
+        assembler: ChunkAssembler,
+        chunk_seqs: list[int],
+    ) -> ErrorInfo | None:
+        """Stream the model's answer into `assistant/chunk` events; the failure, if any."""
+        try:
+            # Closed before anything is appended after the stream: the provider's cleanup
+            # runs inside the step, on completion, error and cancel alike.
+            async with opened_stream(self.provider, request) as stream:
+                async for chunk in stream:
+                    if type(chunk) not in CHUNK_TYPES:
+                        return ErrorInfo(
+                            f"{self.provider.name} yielded a {type(chunk).__name__}, "
+                            "not a stream chunk",
+                            ErrorCode.PROTOCOL_ERROR,
+                        )
+                    try:
+                        event = self._append(
+                            "assistant/chunk", AssistantChunk(step.turn, step.number, chunk)
+                        )
+                    except SessionValidationError as exc:
+                        return ErrorInfo(
+                            f"{self.provider.name} yielded a chunk the log refuses: {exc.rule}",
+                            ErrorCode.PROTOCOL_ERROR,
+                        )
+                    chunk_seqs.append(event.seq)
+                    assembler.feed(chunk)
+                    await self._observers_may_have_cancelled()
+        except ProviderError as exc:
+            return ErrorInfo(str(exc), exc.code)
+        finish = assembler.finish
+        if finish is None:
+            return ErrorInfo(
+                "provider stream ended without a finish chunk", ErrorCode.STREAM_INCOMPLETE
+            )
+        if finish.kind == "error":
+            return finish.error or ErrorInfo("provider reported an error", ErrorCode.PROVIDER_ERROR)
+        return None
 
     def _folded_config(self) -> LlmCallConfig:
         header = self.session.header()
@@ -924,14 +1154,26 @@ class LoopActor:
         else:
             self._append("request/header-delta", delta)
 
-    def _end_step(self, turn: _Turn) -> None:
+    async def _end_step(self, turn: _Turn) -> None:
+        """Close the step (`step/end`), then run `agent/post-step` for it."""
+        step = self._close_step(turn)
+        if step is not None:
+            # An observer of step/end (or of the batch's last appends) may have cancelled.
+            await self._observers_may_have_cancelled()
+            step.post_step_done = True
+            await self._serial_seam("agent/post-step", PostStep(step.turn, step.number))
+
+    def _close_step(self, turn: _Turn) -> _Step | None:
         step = turn.step
-        if step is not None and self.session.open_step is not None:
-            self._append("step/end", StepEnd(step.turn, step.number))
         turn.step = None
+        if step is None or self.session.open_step is None:
+            return None
+        self._append("step/end", StepEnd(step.turn, step.number))
+        turn.ended_step = step
+        return step
 
     async def _request_failed(self, turn: _Turn, step: _Step, failure: ErrorInfo) -> StepOutcome:
-        self._end_step(turn)
+        await self._end_step(turn)
         retry = False
         if (
             failure.code == ErrorCode.CONTEXT_WINDOW_EXCEEDED
@@ -957,44 +1199,102 @@ class LoopActor:
     # ------------------------------------------------------------------ tools
 
     async def _run_tools(self, turn: _Turn, step: _Step) -> None:
-        for call in step.requested:
+        """Run the step's calls: consecutive non-exclusive calls as one pool (at most
+        `max_parallel_tool_calls` at a time), each exclusive call alone, as a barrier
+        between pools. Calls start in model order; their results are appended in model
+        order; the batch's contexts after the last result."""
+        results = _ResultsInOrder(self, turn, step)
+        for group in _tool_groups(step.requested, step.tools):
             await self._observers_may_have_cancelled()
-            await self._run_one_tool(turn, step, call)
+            if len(group) == 1:
+                index, call = group[0]
+                info = await self._start_call(step, results, index, call)
+                if info is not None:
+                    await self._finish_call(turn, step, results, index, info, None)
+                continue
+            slots = trio.Semaphore(self.options.max_parallel_tool_calls)
+            try:
+                async with trio.open_nursery() as pool:
+                    for index, call in group:
+                        await slots.acquire()
+                        try:
+                            info = await self._start_call(step, results, index, call)
+                        except BaseException:
+                            slots.release()
+                            raise
+                        if info is None:
+                            slots.release()
+                        else:
+                            pool.start_soon(
+                                self._finish_call, turn, step, results, index, info, slots
+                            )
+            except BaseExceptionGroup as group_error:
+                # One failing call cancels its pool; the turn sees that error, not a group.
+                error = sole_error(group_error)
+                if error is group_error:
+                    raise
+                raise error from group_error
         # On a cancel or error the batch stays open: the cleanup writes the missing results
         # first, then these contexts.
         self._flush_tool_batch(turn)
+
+    async def _start_call(
+        self, step: _Step, results: _ResultsInOrder, index: int, call: ToolCall
+    ) -> ToolCallInfo | None:
+        """Start one call in model order: `tools/pre-execute`, then its `tool/call` and a
+        barrier (the call is durable before its side effects). None when it was denied."""
+        info = ToolCallInfo(step.turn, step.number, call.id, call.name, call.arguments)
+        decision = await self._seam("tools/pre-execute", info)
+        if isinstance(decision, Deny):
+            self._log_call(step, info)
+            denied = _error_outcome(
+                info, ErrorCode.TOOL_DENIED, f"Tool call denied: {decision.reason}"
+            )
+            step.finished[info.call_id] = denied
+            results.ready(index, denied)
+            return None
+        if isinstance(decision, ToolCallInfo):
+            _same_call(info, decision.call_id, decision.name, "tools/pre-execute")
+            info = decision
+        self._log_call(step, info)
+        await self._flush()
+        return info
+
+    async def _finish_call(
+        self,
+        turn: _Turn,
+        step: _Step,
+        results: _ResultsInOrder,
+        index: int,
+        info: ToolCallInfo,
+        slots: trio.Semaphore | None,
+    ) -> None:
+        """Run a started call (`tools/execute` around the tool, then `tools/post-execute`)
+        and hand its outcome to `results`."""
+        try:
+            outcome = await run_waterfall(
+                "tools/execute",
+                self._chain("tools/execute"),
+                self.agent,
+                info,
+                terminal=partial(self._execute, turn, step),
+            )
+            await trio.lowlevel.checkpoint_if_cancelled()
+            outcome = _checked_outcome(outcome, info, "tools/execute")
+            # A listener may have cancelled and returned normally: the seam drops its rewrite
+            # and context; the cleanup writes the tool's real result (it finished).
+            outcome = _checked_outcome(
+                await self._seam("tools/post-execute", outcome), info, "tools/post-execute"
+            )
+            results.ready(index, outcome)
+        finally:
+            if slots is not None:
+                slots.release()
 
     def _flush_tool_batch(self, turn: _Turn) -> None:
         batch, turn.tool_batch = turn.tool_batch, None
         for item in batch or ():
             self._append_context(item)
-
-    async def _run_one_tool(self, turn: _Turn, step: _Step, call: ToolCall) -> None:
-        info = ToolCallInfo(step.turn, step.number, call.id, call.name, call.arguments)
-        decision = await self._seam("tools/pre-execute", info)
-        if isinstance(decision, Deny):
-            self._log_call(step, info)
-            self._log_result(
-                step,
-                _error_outcome(info, ErrorCode.TOOL_DENIED, f"Tool call denied: {decision.reason}"),
-            )
-            return
-        if isinstance(decision, ToolCallInfo):
-            info = decision
-        self._log_call(step, info)
-        await self._flush()
-        outcome = await self._execute(turn, step, info)
-        # A listener may have cancelled and returned normally: the seam drops its rewrite
-        # and context; the cleanup writes the tool's real result (it finished).
-        outcome = await self._seam("tools/post-execute", outcome)
-        if not isinstance(outcome, ToolOutcome):
-            raise TypeError("tools/post-execute must return a ToolOutcome")
-        self._log_result(step, outcome)
-        assert turn.tool_batch is not None
-        turn.tool_batch.extend(
-            item if isinstance(item, ContextItem) else ContextItem((Text(item),))
-            for item in outcome.additional_context
-        )
 
     def _log_call(self, step: _Step, info: ToolCallInfo) -> None:
         event = self._append(
@@ -1020,10 +1320,13 @@ class LoopActor:
         step.answered.add(outcome.call_id)
 
     async def _execute(self, turn: _Turn, step: _Step, info: ToolCallInfo) -> ToolOutcome:
+        """Run the tool of `info` (the innermost `tools/execute`): validate its arguments
+        against the tool's schema, call it, check what it returned."""
+
         def failed(code: ErrorCode, message: str) -> ToolOutcome:
             return _error_outcome(info, code, message)
 
-        tool = self.options.tool_map().get(info.name)
+        tool = step.tools.get(info.name)
         if tool is None:
             return failed(ErrorCode.TOOL_NOT_FOUND, f"No tool named {info.name!r} is available.")
         try:
@@ -1032,13 +1335,22 @@ class LoopActor:
             return failed(ErrorCode.INVALID_ARGUMENTS, f"Arguments are not valid JSON: {exc}")
         if not isinstance(args, dict):
             return failed(ErrorCode.INVALID_ARGUMENTS, "Arguments must be a JSON object.")
+        problem = tool.validator.problem(args)
+        if problem is not None:
+            return failed(ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments: {problem}")
         ctx = ToolContext(self.agent, info.call_id, turn.scope, step.turn, step.number)
         step.started.add(info.call_id)
         try:
             output = await tool.execute(args, ctx)
-            content = _tool_text(output)
         except Exception as exc:
             return failed(ErrorCode.TOOL_FAILED, f"{type(exc).__name__}: {exc}")
+        content = _tool_text(output)
+        if content is None:
+            return failed(
+                ErrorCode.INVALID_TOOL_OUTPUT,
+                f"The tool returned {_describe(output)}; a tool returns a str or a tuple of "
+                "Text blocks with str text.",
+            )
         outcome = ToolOutcome(
             step.turn, step.number, info.call_id, info.name, info.arguments, content
         )
@@ -1073,7 +1385,22 @@ class LoopActor:
                 )
             self._log_result(step, evolve(outcome, additional_context=()))
         self._flush_tool_batch(turn)
-        self._end_step(turn)
+        self._close_step(turn)
+
+    async def _post_step_in_close(self, step: _Step) -> None:
+        """`agent/post-step` for a step that a cancel or an error ended: it runs in the
+        turn's shielded close, bounded by POST_STEP_GRACE; a failure is logged, not
+        reported (the turn's reason is already decided)."""
+        step.post_step_done = True
+        with trio.move_on_after(POST_STEP_GRACE):
+            try:
+                await run_serial(
+                    self._chain("agent/post-step"),
+                    self.agent,
+                    PostStep(step.turn, step.number, cancelled=True),
+                )
+            except Exception:
+                log.exception("agent/post-step listener failed while %s closed a turn", self.id)
 
     # ------------------------------------------------------------------ compaction
 

@@ -2,6 +2,11 @@
 
 Unstructuring omits fields equal to their default (canonical absence); structuring is
 strict: no extra keys, no type coercion, typed errors naming the seq.
+
+Encoded bytes (`encode_event`, `canonical_bytes`) are canonical JSON with sorted keys,
+except the JSON a user hands over to reach the model verbatim — tool parameter schemas,
+response-format schemas and `extra_body` — which keeps the key order it was written in
+(docs/decisions/0007-tool-schema-key-order.md).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from actorloop.codecs.jsonvalue import (
     FrozenDict,
     JsonValueError,
     _check_scalar,
+    _dumps,
     canonical_json,
     freeze_object,
     loads_json,
@@ -41,7 +47,7 @@ from actorloop.runtime.events import (
     SessionEvent,
     SurfaceOp,
 )
-from actorloop.runtime.header import EpochHeader
+from actorloop.runtime.header import EpochHeader, LlmCallConfig, ResponseFormat, ToolSchema
 from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall, ToolResult
 
 BLOCK_TAGS: dict[type, str] = {
@@ -60,6 +66,32 @@ CHUNK_TAGS: dict[type, str] = {
     Finish: "finish",
 }
 OP_TAGS: dict[type, str] = {Append: "append", Replace: "replace"}
+ORDERED_FIELDS: tuple[tuple[type, tuple[str, ...]], ...] = (
+    (ToolSchema, ("parameters",)),
+    (ResponseFormat, ("schema",)),
+    (LlmCallConfig, ("extra_body",)),
+)
+"""Fields holding user-written JSON that reaches the model verbatim: encoded in the order
+written (in dependency order: a class comes before the classes that contain it)."""
+
+
+def ordered_fragment(value: object) -> orjson.Fragment:
+    """`value` as JSON with its keys in insertion order, embedded verbatim by canonical_json
+    (orjson does not sort inside a fragment)."""
+    return orjson.Fragment(_dumps(value, sort_keys=False))
+
+
+def _register_ordered(conv: cattrs.Converter, cls: type, names: tuple[str, ...]) -> None:
+    plain = conv.get_unstructure_hook(cls)
+
+    def unstructure(value: Any) -> Any:
+        body = plain(value)
+        for name in names:
+            if name in body:
+                body[name] = ordered_fragment(body[name])
+        return body
+
+    conv.register_unstructure_hook(cls, unstructure)
 
 
 def _strict(kind: type, check: Callable[[Any], bool]) -> Callable[[Any, type], Any]:
@@ -107,7 +139,10 @@ def _strict_tuple_factory(cls: Any, conv: cattrs.Converter) -> Callable[[Any, ty
     return structure
 
 
-def _build_converter() -> cattrs.Converter:
+def _build_converter(*, ordered: bool = False) -> cattrs.Converter:
+    """The strict converter; `ordered=True` gives the encoder's variant, whose ORDERED_FIELDS
+    unstructure to order-preserving fragments (bytes only: the plain variant's output is
+    what values are detached and frozen through)."""
     conv = cattrs.Converter(omit_if_default=True, forbid_extra_keys=True, detailed_validation=False)
     conv.register_structure_hook(str, _strict(str, lambda v: isinstance(v, str)))
     conv.register_structure_hook(bool, _strict(bool, lambda v: isinstance(v, bool)))
@@ -116,6 +151,9 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook_factory(_is_homogeneous_tuple, _strict_tuple_factory)
     conv.register_structure_hook(FrozenDict, lambda v, _: freeze_object(v))
     conv.register_unstructure_hook(FrozenDict, lambda v: v)
+    if ordered:
+        for cls, names in ORDERED_FIELDS:
+            _register_ordered(conv, cls, names)
     configure_tagged_union(
         Block,
         conv,
@@ -154,14 +192,15 @@ def _build_converter() -> cattrs.Converter:
 
 
 converter = _build_converter()
+_encoder = _build_converter(ordered=True)
 
 _data_unstructurers: dict[type, Callable[[Any], Any]] = {
-    cls: converter.get_unstructure_hook(cls) for cls in DATA_BY_TYPE.values()
+    cls: _encoder.get_unstructure_hook(cls) for cls in DATA_BY_TYPE.values()
 }
 _data_structurers: dict[str, Callable[[Any, type], Any]] = {
     name: converter.get_structure_hook(cls) for name, cls in DATA_BY_TYPE.items()
 }
-_unstructure_op = converter.get_unstructure_hook(SurfaceOp)
+_unstructure_op = _encoder.get_unstructure_hook(SurfaceOp)
 _structure_op = converter.get_structure_hook(SurfaceOp)
 
 _DECODE_FAILURES = (
@@ -179,15 +218,18 @@ _ENVELOPE_KEYS = frozenset(
 
 
 def unstructure(value: object) -> Any:
+    """Plain JSON values (dicts, lists, FrozenDicts) of a domain value; key order is kept."""
     return converter.unstructure(value)
 
 
 def canonical_bytes(value: object) -> bytes:
-    """Canonical JSON of any attrs value of the domain model (sorted keys, no spaces)."""
-    return canonical_json(converter.unstructure(value))
+    """Canonical JSON of any attrs value of the domain model (sorted keys, no spaces; the
+    ORDERED_FIELDS keep the order written). Equality of headers and configs compares these."""
+    return canonical_json(_encoder.unstructure(value))
 
 
 def event_to_dict(event: SessionEvent) -> dict[str, Any]:
+    """The event as a JSON-ready object for orjson (ORDERED_FIELDS are fragments)."""
     data = event.data
     body: dict[str, Any] = {
         "type": event.type,

@@ -52,6 +52,8 @@ class LoopHandle(Protocol):
 
     async def wait_for_events(self, seen: int) -> bool: ...
 
+    def reconfigure(self, changes: Mapping[str, Any]) -> AgentOptions: ...
+
 
 def as_source(source: SourceSpec, default: Source) -> Source:
     """A `Source` from what callers pass: None (the default), a plugin name or a Source."""
@@ -98,6 +100,13 @@ class Agent:
     def current_tools(self) -> tuple[ToolSchema, ...]:
         """The tool schemas assembled for the latest step (what the compaction gate counts)."""
         return self._loop.current_tools
+
+    def reconfigure(self, **changes: Any) -> AgentOptions:
+        """Change this agent's options (`system=`, `tools=`, `tool_order=`, `model=`,
+        sampling settings, ...); returns the new options. Effective from the next step;
+        the request header records the change (a delta, or a fallback snapshot for a pure
+        tool reorder). The provider, labels and inbox capacity are fixed per instance."""
+        return self._loop.reconfigure(changes)
 
     def on(self, name: str, listener: Listener) -> Unsubscribe:
         """Subscribe `listener` to the hook `name` for this agent only; returns a callable

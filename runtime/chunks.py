@@ -65,9 +65,15 @@ class TextDelta:
 
 @frozen
 class ReasoningDelta:
+    """Reasoning text; the optional fields carry `Reasoning`'s opaque replay data (the last
+    value seen for a block wins)."""
+
     index: int
     text: str
     signature: str | None = None
+    redacted: str | None = None
+    encrypted_content: str | None = None
+    item_id: str | None = None
 
 
 @frozen
@@ -98,7 +104,16 @@ StreamChunk: TypeAlias = (
 
 
 class _OpenBlock:
-    __slots__ = ("call_id", "kind", "name", "parts", "signature")
+    __slots__ = (
+        "call_id",
+        "encrypted_content",
+        "item_id",
+        "kind",
+        "name",
+        "parts",
+        "redacted",
+        "signature",
+    )
 
     def __init__(self, kind: BlockKind, call_id: str | None, name: str | None) -> None:
         self.kind = kind
@@ -106,13 +121,28 @@ class _OpenBlock:
         self.name = name
         self.parts: list[str] = []
         self.signature: str | None = None
+        self.redacted: str | None = None
+        self.encrypted_content: str | None = None
+        self.item_id: str | None = None
+
+    def take(self, delta: ReasoningDelta) -> None:
+        if delta.signature:
+            self.signature = delta.signature
+        if delta.redacted:
+            self.redacted = delta.redacted
+        if delta.encrypted_content:
+            self.encrypted_content = delta.encrypted_content
+        if delta.item_id:
+            self.item_id = delta.item_id
 
     def build(self) -> Block:
         body = "".join(self.parts)
         if self.kind == "text":
             return Text(body)
         if self.kind == "reasoning":
-            return Reasoning(body, self.signature)
+            return Reasoning(
+                body, self.signature, self.redacted, self.encrypted_content, self.item_id
+            )
         return ToolCall(self.call_id or "", self.name or "", body)
 
 
@@ -140,8 +170,8 @@ class ChunkAssembler:
                     f"{expected[type(chunk)]} block"
                 )
             block.parts.append(chunk.arguments if isinstance(chunk, ToolCallDelta) else chunk.text)
-            if isinstance(chunk, ReasoningDelta) and chunk.signature:
-                block.signature = chunk.signature
+            if isinstance(chunk, ReasoningDelta):
+                block.take(chunk)
         elif isinstance(chunk, UsageReport):
             self.usage = chunk.usage if self.usage is None else self.usage + chunk.usage
         elif isinstance(chunk, Finish):

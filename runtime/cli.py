@@ -1,5 +1,6 @@
-"""The `actorloop` command line: `run` a workload, and inspect, verify, fork or resume
-stored sessions. Bad input exits 2 with one line saying what is wrong; nothing is written."""
+"""The `actorloop` command line: `run` a workload (packaged or a TOML file), list the
+packaged workloads, and list, show, verify, fork or resume stored sessions. Read commands
+never write; bad input exits 2 with one line saying what is wrong; nothing is written."""
 
 from __future__ import annotations
 
@@ -8,34 +9,70 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 import orjson
 import trio
+from attrs import frozen
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from actorloop.codecs.converter import event_to_dict
+from actorloop.codecs.converter import event_to_dict, unstructure
 from actorloop.codecs.rows import meta_to_dict
-from actorloop.runtime.errors import ActorloopError, SessionNotFound, sole_error
+from actorloop.runtime.chunks import TokenUsage
+from actorloop.runtime.errors import (
+    ActorloopError,
+    InvalidSessionId,
+    SessionIdAmbiguous,
+    SessionNotFound,
+    sole_error,
+)
+from actorloop.runtime.meta import DamagedSession, SessionMeta
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.orchestration import RunReport, make_sim, run_workload
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.providers.registry import provider_from_spec
+from actorloop.runtime.render import (
+    NO_VALUE,
+    ago,
+    expand,
+    iso_utc,
+    message_lines,
+    percent,
+    plural,
+    shorten_ids,
+    timeline,
+    timestamp,
+    tokens,
+    usage_text,
+)
 from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.session import Session
 from actorloop.runtime.stored import fork_point, load_session
 from actorloop.runtime.stores.base import Store, StoreUrlError, open_store
+from actorloop.runtime.summary import SessionSummary, summarize
+from actorloop.runtime.usage import UsageTotals, turn_usage
 from actorloop.runtime.verify import VerificationFailed, verify_log
-from actorloop.runtime.workload import Workload, WorkloadError, load_workload
+from actorloop.runtime.workload import (
+    DEFAULT_WORKLOAD,
+    Workload,
+    WorkloadError,
+    find_workload,
+    packaged_workload_text,
+    packaged_workloads,
+)
 
 DEFAULT_STORE = "sqlite:actorloop.db"
-DEFAULT_WORKLOAD = Path("examples/demo.toml")
 EXIT_BAD_INPUT = 2
 EXIT_VERIFY_FAILED = 1
+MIN_ID_WIDTH = 12
 
 T = TypeVar("T")
 console = Console()
@@ -117,6 +154,8 @@ def run_async(function: Callable[[], Awaitable[T]]) -> T:
         fail(f"verification failed: {exc}", EXIT_VERIFY_FAILED)
     except SessionNotFound as exc:
         fail(f"{exc}; list sessions with `actorloop sessions list`")
+    except SessionIdAmbiguous as exc:
+        fail(f"{exc}; give more of it (`actorloop sessions list --ids` prints whole ids)")
     except ActorloopError as exc:
         fail(f"{type(exc).__name__}: {exc}")
 
@@ -139,8 +178,69 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="actorloop: %(levelname)s %(message)s")
 
 
+# ---------------------------------------------------------------------- JSON shapes
+
+
+def token_usage_dict(usage: TokenUsage) -> dict[str, int]:
+    return {
+        "input": usage.input,
+        "output": usage.output,
+        "cache_read": usage.cache_read,
+        "cache_write": usage.cache_write,
+        "reasoning": usage.reasoning,
+        "billed_input": usage.prompt_total,
+    }
+
+
+def usage_dict(usage: UsageTotals) -> dict[str, Any]:
+    fraction = usage.cached_fraction
+    return {
+        "model": token_usage_dict(usage.model),
+        "compaction": token_usage_dict(usage.compaction),
+        "total": token_usage_dict(usage.total),
+        "model_calls": usage.model_calls,
+        "compaction_calls": usage.compaction_calls,
+        "unreported": usage.unreported,
+        "cached_fraction": None if fraction is None else round(fraction, 4),
+    }
+
+
+def summary_dict(meta: SessionMeta, summary: SessionSummary) -> dict[str, Any]:
+    return {
+        **meta_to_dict(meta),
+        "labels": unstructure(meta.labels),
+        "damaged": False,
+        "kind": summary.kind,
+        "status": summary.status,
+        "parent": summary.parent,
+        "parent_call": summary.parent_call,
+        "fork_seq": summary.fork_seq,
+        "created": iso_utc(summary.created_at),
+        "last_event_at": summary.last_event_at,
+        "last_event": None if summary.last_event_at is None else iso_utc(summary.last_event_at),
+        "events": summary.events,
+        "turns": summary.turns,
+        "open_turn": summary.open_turn,
+        "usage": usage_dict(summary.usage),
+    }
+
+
+def damaged_dict(session_id: str, problem: str) -> dict[str, Any]:
+    return {"id": session_id, "damaged": True, "status": "damaged", "problem": problem}
+
+
+def write_json_lines(objects: Sequence[dict[str, Any]]) -> None:
+    out = sys.stdout.buffer
+    for value in objects:
+        out.write(orjson.dumps(value) + b"\n")
+    out.flush()
+
+
+# ---------------------------------------------------------------------- run
+
+
 @main.command()
-@click.argument("workload", required=False, type=click.Path(path_type=Path))
+@click.argument("workload", required=False)
 @click.option("--store", "store_url", default=DEFAULT_STORE, show_default=True, help="Store URL.")
 @click.option(
     "--provider",
@@ -152,14 +252,15 @@ def main() -> None:
 @click.option("--base-url", default=None, help="Override the provider's base URL.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def run(
-    workload: Path | None, store_url: str, provider_spec: str, base_url: str | None, as_json: bool
+    workload: str | None, store_url: str, provider_spec: str, base_url: str | None, as_json: bool
 ) -> None:
-    """Run a multi-agent workload (default: examples/demo.toml) and report on it."""
-    path = workload or DEFAULT_WORKLOAD
-    if workload is None and not path.exists():
-        fail(f"no workload given and {DEFAULT_WORKLOAD} not found; pass a workload file")
+    """Run a multi-agent workload and report on it.
+
+    WORKLOAD is a TOML file, or the name of a packaged workload (`actorloop workloads`
+    lists them); without it the packaged `demo` runs.
+    """
     try:
-        spec = load_workload(path)
+        spec = find_workload(workload)
     except WorkloadError as exc:
         fail(str(exc))
     provider, model = provider_for(provider_spec, base_url, spec.latency_ms, spec.context_window)
@@ -172,7 +273,7 @@ def run(
     if as_json:
         console.print_json(orjson.dumps(_report_dict(report)).decode())
     else:
-        _print_report(report)
+        _print_report(report, store_url)
 
 
 def _planned_turns(spec: Workload) -> int:
@@ -208,6 +309,7 @@ def _run_with_progress(
 
 
 def _report_dict(report: RunReport) -> dict[str, Any]:
+    fraction = report.usage.cached_fraction
     return {
         "workload": report.workload,
         "run_id": report.run_id,
@@ -216,30 +318,46 @@ def _report_dict(report: RunReport) -> dict[str, Any]:
         "turns": report.turns,
         "turn_reasons": dict(report.turn_reasons),
         "requests": report.requests,
-        "cache_hit_rate": round(report.cache_hit_rate, 4),
+        "usage": usage_dict(report.usage),
+        "cached_fraction": None if fraction is None else round(fraction, 4),
         "compactions": report.compactions,
         "invariant_checks_passed": report.invariant_checks,
         "verified_sessions": report.verified_sessions,
         "step_overhead_p50_ms": round(report.step_overhead_p50_ms, 3),
         "step_overhead_p99_ms": round(report.step_overhead_p99_ms, 3),
         "wall_seconds": round(report.wall_seconds, 3),
+        "session_usage": {sid: usage_dict(usage) for sid, usage in report.session_usage.items()},
     }
 
 
-def _print_report(report: RunReport) -> None:
+def _print_report(report: RunReport, store_url: str) -> None:
     table = Table(title=f"actorloop run: {report.workload} ({report.run_id})", show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
-    reasons = ", ".join(f"{k} {v}" for k, v in sorted(report.turn_reasons.items()))
+    reasons = ", ".join(f"{v} {k}" for k, v in sorted(report.turn_reasons.items()))
+    usage, total = report.usage, report.usage.total
+    cached = (
+        f" ({_report_percent(usage.cached_fraction)} cached: {total.cache_read:,} read, "
+        f"{total.cache_write:,} written)"
+        if total.prompt_total
+        else ""
+    )
     rows = [
         ("store", report.store),
-        ("sessions", str(report.sessions)),
-        ("turns", f"{report.turns} ({reasons})"),
-        ("requests", str(report.requests)),
-        ("cache hit rate", f"{report.cache_hit_rate:.1%}"),
-        ("compactions", str(report.compactions)),
-        ("invariant checks passed", str(report.invariant_checks)),
-        ("sessions verified", f"{report.verified_sessions}/{report.sessions}"),
+        ("sessions", f"{report.sessions:,}"),
+        ("turns", f"{report.turns:,} ({reasons})" if reasons else f"{report.turns:,}"),
+        ("model requests", f"{report.requests:,}"),
+        ("input tokens", f"{total.prompt_total:,}{cached}"),
+        ("output tokens", f"{total.output:,}"),
+        (
+            "compactions",
+            f"{report.compactions:,} ({plural(usage.compaction_calls, 'summarizer call')}: "
+            f"{usage.compaction.prompt_total:,} in, {usage.compaction.output:,} out)"
+            if usage.compaction_calls
+            else f"{report.compactions:,}",
+        ),
+        ("invariant checks passed", f"{report.invariant_checks:,}"),
+        ("sessions verified", f"{report.verified_sessions:,}/{report.sessions:,}"),
         ("step overhead p50", f"{report.step_overhead_p50_ms:.2f} ms"),
         ("step overhead p99", f"{report.step_overhead_p99_ms:.2f} ms"),
         ("wall time", f"{report.wall_seconds:.2f} s"),
@@ -247,110 +365,443 @@ def _print_report(report: RunReport) -> None:
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
+    store_option = "" if store_url == DEFAULT_STORE else f" --store {store_url}"
+    console.print(
+        f"per session: actorloop sessions{store_option} list", style="dim", highlight=False
+    )
+
+
+def _report_percent(fraction: float | None) -> str:
+    return NO_VALUE if fraction is None else f"{fraction:.1%}"
+
+
+# ---------------------------------------------------------------------- workloads
+
+
+@main.group()
+def workloads() -> None:
+    """The workloads shipped with actorloop (`actorloop run NAME` runs one)."""
+
+
+@workloads.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def list_workloads(as_json: bool) -> None:
+    """One line per packaged workload."""
+    shipped = [(name, find_workload(name)) for name in packaged_workloads()]
+    if as_json:
+        write_json_lines(
+            [
+                {
+                    "name": name,
+                    "default": name == DEFAULT_WORKLOAD,
+                    "description": spec.description,
+                    "planned_turns": _planned_turns(spec),
+                }
+                for name, spec in shipped
+            ]
+        )
+        return
+    table = Table("name", "turns", "description")
+    table.columns[2].overflow = "fold"
+    for name, spec in shipped:
+        shown = f"{name} (default)" if name == DEFAULT_WORKLOAD else name
+        table.add_row(shown, f"{_planned_turns(spec):,}", spec.description)
+    console.print(table)
+
+
+@workloads.command("show")
+@click.argument("name")
+def show_workload(name: str) -> None:
+    """Print a packaged workload's TOML (a starting point: `... show demo > mine.toml`)."""
+    try:
+        sys.stdout.write(packaged_workload_text(name))
+    except WorkloadError as exc:
+        fail(str(exc))
+
+
+# ---------------------------------------------------------------------- sessions
 
 
 @main.group()
 @click.option("--store", "store_url", default=DEFAULT_STORE, show_default=True, help="Store URL.")
 @click.pass_context
 def sessions(ctx: click.Context, store_url: str) -> None:
-    """Inspect, verify, fork and resume stored sessions."""
+    """List, show, verify, fork and resume stored sessions.
+
+    A SESSION_ID may be given whole, as `sessions list` shortens it (`head…tail`), or as a
+    unique prefix. Reading never writes: a session live in another process is read as far
+    as it is durable.
+    """
     ctx.obj = store_url
+
+
+async def resolve(store: Store, given: str) -> str:
+    """The whole session id `given` stands for (itself, a shortened id or a unique prefix)."""
+    with contextlib.suppress(InvalidSessionId):
+        if await store.exists(given):
+            return given
+    matches = expand(given, [entry.id for entry in await store.list()])
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise SessionNotFound(given)
+    raise SessionIdAmbiguous(given, matches)
+
+
+@frozen
+class Listed:
+    """One row of `sessions list`: a readable session (its meta and summary), or a damaged
+    one (what is wrong with it; its creation time when the store could still say)."""
+
+    id: str
+    created_at: int | None
+    summary: tuple[SessionMeta, SessionSummary] | None = None
+    problem: str | None = None
+
+
+async def _list_all(store: Store) -> list[Listed]:
+    """Every stored session with its summary; one the store cannot read is reported as
+    damaged in its place (the others are listed all the same)."""
+    listed: list[Listed] = []
+    for entry in await store.list():
+        if isinstance(entry, DamagedSession):
+            listed.append(Listed(entry.id, None, problem=entry.problem))
+            continue
+        try:
+            meta, events = await store.load(entry.id, repair=False)
+        except ActorloopError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            listed.append(Listed(entry.id, entry.created_at, problem=problem))
+            continue
+        listed.append(Listed(meta.id, meta.created_at, (meta, summarize(meta, events))))
+    return _tree_order(listed)
+
+
+def _tree_order(listed: list[Listed]) -> list[Listed]:
+    """Oldest first (a damaged session without a known age last), each session's children
+    (forks, subagents) right after it."""
+
+    def key(entry: Listed) -> tuple[bool, int, str]:
+        return (entry.created_at is None, entry.created_at or 0, entry.id)
+
+    ids = {entry.id for entry in listed}
+    children: dict[str | None, list[Listed]] = {}
+    for entry in sorted(listed, key=key):
+        parent = entry.summary[1].parent if entry.summary is not None else None
+        children.setdefault(parent if parent in ids else None, []).append(entry)
+    ordered: list[Listed] = []
+    stack = list(reversed(children.get(None, [])))
+    while stack:
+        entry = stack.pop()
+        ordered.append(entry)
+        stack.extend(reversed(children.get(entry.id, [])))
+    return ordered
+
+
+STATUS_STYLE = {"completed": "green", "open": "yellow", "new": "dim", "damaged": "bold red"}
 
 
 @sessions.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--ids", "bare_ids", is_flag=True, help="Only the whole ids, one per line.")
 @click.pass_obj
-def list_sessions(store_url: str, as_json: bool) -> None:
-    """One line per stored session."""
+def list_sessions(store_url: str, as_json: bool, bare_ids: bool) -> None:
+    """One line per stored session: kind, status, turns, token usage, age and parent.
+
+    Long ids are shortened in the middle (`head…tail`) so rows stay on one line; a
+    shortened id still names exactly one session, so it can be pasted into any command.
+    """
     store = existing_store(store_url)
 
-    async def go() -> None:
+    async def go() -> list[Listed]:
         try:
-            metas = await store.list()
+            return await _list_all(store)
         finally:
             await store.close()
-        if as_json:
-            for meta in metas:
-                sys.stdout.buffer.write(orjson.dumps(meta_to_dict(meta)) + b"\n")
-            sys.stdout.flush()
-            return
-        table = Table("id", "parent", "seed", "created")
-        table.columns[0].overflow = "fold"
-        table.columns[1].overflow = "fold"
-        for meta in metas:
-            table.add_row(
-                meta.id,
-                meta.parent_session or "",
-                str(meta.seed_length or ""),
-                str(meta.created_at),
-            )
-        console.print(table)
 
-    run_async(go)
+    listed = run_async(go)
+    if bare_ids:
+        sys.stdout.write("".join(f"{entry.id}\n" for entry in listed))
+        return
+    if as_json:
+        write_json_lines(
+            [
+                summary_dict(*entry.summary)
+                if entry.summary is not None
+                else damaged_dict(entry.id, entry.problem or "")
+                for entry in listed
+            ]
+        )
+        return
+    if not listed:
+        console.print(f"no sessions in {store_url}", highlight=False)
+        return
+    _print_session_table(listed)
+
+
+COLUMNS = ("kind", "status", "turns", "tokens in/out", "cached", "created")
+DROPPABLE = ((), ("created",), ("created", "kind"), ("created", "kind", "cached"))
+"""Columns left out, in turn, when the table is still wider than the terminal."""
+
+
+def _fit_table(ids: list[str], parents: list[str | None], cells: list[list[str]]) -> Table:
+    """The sessions table, as wide as the terminal: ids and parents are shortened (still
+    unique) before any column is dropped; the id column never wraps."""
+    known = [parent for parent in parents if parent is not None]
+    natural = (max(len("id"), *map(len, ids)), max(len("parent"), *map(len, known or [""])))
+    table = Table()
+    for dropped in DROPPABLE:
+        id_width, parent_width = natural
+        for _attempt in range(4):
+            shown_ids = shorten_ids(ids, id_width, ids)
+            shown_parents = shorten_ids(known, parent_width, [*ids, *known])
+            table = _session_table(
+                [shown_ids[i] for i in ids],
+                [None if p is None else shown_parents[p] for p in parents],
+                cells,
+                dropped,
+            )
+            unbounded = console.options.update_width(10**6)
+            over = Measurement.get(console, unbounded, table).maximum - console.width
+            if over <= 0:
+                return table
+            narrower_id, narrower_parent = _share(id_width + parent_width - over, *natural)
+            if (narrower_id, narrower_parent) == (id_width, parent_width):
+                break
+            id_width, parent_width = narrower_id, narrower_parent
+    return table
+
+
+def _share(room: int, id_natural: int, parent_natural: int) -> tuple[int, int]:
+    """Split `room` between the id and parent columns: the narrower one keeps its natural
+    width if it fits in half, the other takes the rest; neither below MIN_ID_WIDTH."""
+    if parent_natural <= room // 2:
+        id_width, parent_width = room - parent_natural, parent_natural
+    elif id_natural <= room // 2:
+        id_width, parent_width = id_natural, room - id_natural
+    else:
+        id_width, parent_width = room - room // 2, room // 2
+    return max(id_width, MIN_ID_WIDTH), max(parent_width, MIN_ID_WIDTH)
+
+
+def _session_table(
+    shown_ids: list[str],
+    shown_parents: list[str | None],
+    cells: list[list[str]],
+    dropped: tuple[str, ...],
+) -> Table:
+    keep = [index for index, name in enumerate(COLUMNS) if name not in dropped]
+    table = Table("id", *(COLUMNS[index] for index in keep), "parent", box=box.SIMPLE_HEAD)
+    for column in table.columns:
+        column.no_wrap = True
+        if column.header in ("turns", "tokens in/out", "cached"):
+            column.justify = "right"
+    # Ids are never cut by the table itself (a cut id would not copy whole): when the
+    # terminal is too narrow even so, the other columns give way.
+    table.columns[0].min_width = max(map(len, shown_ids))
+    table.columns[-1].min_width = max(len("parent"), *(len(p or "") for p in shown_parents))
+    for shown, parent, row in zip(shown_ids, shown_parents, cells, strict=True):
+        values: list[str | Text] = [row[index] for index in keep]
+        status = row[COLUMNS.index("status")]
+        values[keep.index(COLUMNS.index("status"))] = Text(
+            status, style=STATUS_STYLE.get(status, "red" if status == "error" else "")
+        )
+        table.add_row(shown, *values, parent or "")
+    return table
+
+
+def _print_session_table(listed: list[Listed]) -> None:
+    ids: list[str] = []
+    parents: list[str | None] = []
+    cells: list[list[str]] = []  # kind, status, turns, tokens, cached, created
+    for entry in listed:
+        if entry.summary is None:
+            ids.append(entry.id)
+            parents.append(None)
+            created = ago(entry.created_at) if entry.created_at is not None else ""
+            cells.append([NO_VALUE, "damaged", NO_VALUE, NO_VALUE, NO_VALUE, created])
+            continue
+        summary = entry.summary[1]
+        total = summary.usage.total
+        ids.append(summary.id)
+        parents.append(summary.parent)
+        cells.append(
+            [
+                summary.kind,
+                summary.status,
+                f"{summary.turns:,}",
+                f"{tokens(total.prompt_total)} / {tokens(total.output)}",
+                percent(summary.usage.cached_fraction),
+                ago(summary.created_at),
+            ]
+        )
+    console.print(_fit_table(ids, parents, cells))
+    damaged = sum(row[1] == "damaged" for row in cells)
+    footer = plural(len(ids), "session")
+    if damaged:
+        footer += f" ({damaged:,} damaged)"
+    console.print(footer, highlight=False)
+    for entry in listed:
+        if entry.problem is not None:
+            errors.print(
+                f"damaged: {entry.id}: {entry.problem}",
+                style="red",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @sessions.command()
 @click.argument("session_id")
+@click.option("--derived", is_flag=True, help="Only the conversation the model sees next.")
+@click.option("--json", "as_json", is_flag=True, help="The summary and conversation as JSON.")
 @click.pass_obj
-def show(store_url: str, session_id: str) -> None:
-    """The derived conversation of a session (what the model would see, without the prefix)."""
+def show(store_url: str, session_id: str, derived: bool, as_json: bool) -> None:
+    """A stored session turn by turn: prompts, answers with their usage, tool calls with
+    their arguments and results, context, header snapshots and deltas, compaction."""
     store = existing_store(store_url)
 
-    async def go() -> None:
+    async def go() -> Session:
         try:
-            session = await load_session(store, session_id)
+            return await load_session(store, await resolve(store, session_id), repair=False)
         finally:
             await store.close()
-        header = session.header()
-        console.print(f"[bold]{session_id}[/] — {len(session)} events, {session.last_turn} turns")
-        if header is not None and header.message_prefix:
-            console.print(f"session prefix: {len(header.message_prefix)} message(s)")
-        for message in session.derive_messages():
-            text = message.text or ", ".join(type(b).__name__ for b in message.content)
-            console.print(f"[cyan]{message.role}[/]: {text}", markup=True, highlight=False)
 
-    run_async(go)
+    session = run_async(go)
+    meta, events = session.meta, session.events
+    summary = summarize(meta, events)
+    header = session.header()
+    prefix = (header.message_prefix or ()) if header is not None else ()
+    if as_json:
+        console.print_json(
+            orjson.dumps(
+                {
+                    "session": summary_dict(meta, summary),
+                    "header": unstructure(header),
+                    "conversation": unstructure(session.derive_messages()),
+                }
+            ).decode()
+        )
+        return
+    for line in _summary_lines(summary):
+        console.print(line, highlight=False, soft_wrap=True)
+    if prefix:
+        console.print(
+            Text(f"\nsession prefix: {plural(len(prefix), 'message')}", style="bold"),
+        )
+        for line in message_lines(prefix):
+            console.print(line, highlight=False, soft_wrap=True)
+    console.print()
+    lines = message_lines(session.derive_messages()) if derived else timeline(meta, events)
+    if derived:
+        console.print(
+            Text("the conversation the next request is built from (after the prefix):"),
+            style="bold",
+        )
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def _summary_lines(summary: SessionSummary) -> list[Text]:
+    lines = [Text(f"session {summary.id}", style="bold")]
+    if summary.kind == "fork":
+        kind = f"fork of {summary.parent} at seq {summary.fork_seq}"
+    elif summary.kind == "subagent":
+        call = f" (tool call {summary.parent_call})" if summary.parent_call else ""
+        kind = f"subagent of {summary.parent}{call}"
+    else:
+        kind = "root"
+    status = f"{summary.status} · {plural(summary.turns, 'turn')} · "
+    status += plural(summary.events, "event")
+    created = f"{timestamp(summary.created_at)} ({ago(summary.created_at)})"
+    if summary.last_event_at is not None:
+        created += f" · last event {ago(summary.last_event_at)}"
+    labels = {
+        key: value
+        for key, value in unstructure(summary.labels).items()
+        if key not in ("parent_agent", "parent_call")
+    }
+    fields = [("kind", kind), ("status", status), ("created", created)]
+    fields.append(("usage", usage_text(summary.usage)))
+    if labels:
+        fields.append(("labels", ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))))
+    for name, value in fields:
+        line = Text(f"  {name:<9}", style="cyan")
+        line.append(value)
+        lines.append(line)
+    return lines
 
 
 @sessions.command()
 @click.argument("session_id")
 @click.pass_obj
 def events(store_url: str, session_id: str) -> None:
-    """Every event of a session as one JSON object per line."""
+    """Every durable event of a session as one JSON object per line."""
     store = existing_store(store_url)
 
-    async def go() -> None:
+    async def go() -> Session:
         try:
-            session = await load_session(store, session_id)
+            return await load_session(store, await resolve(store, session_id), repair=False)
         finally:
             await store.close()
-        out = sys.stdout.buffer
-        for event in session.events:
-            out.write(orjson.dumps(event_to_dict(event)) + b"\n")
-        out.flush()
 
-    run_async(go)
+    write_json_lines([event_to_dict(event) for event in run_async(go).events])
 
 
 @sessions.command()
 @click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="The verification report as JSON.")
 @click.pass_obj
-def verify(store_url: str, session_id: str) -> None:
-    """Rebuild every request from the log and check it against its recorded digest."""
+def verify(store_url: str, session_id: str, as_json: bool) -> None:
+    """Rebuild every request from the log and check it against its recorded digest.
+
+    Read-only: a session whose writer is live in another process is verified as far as it
+    is durable, and an open last turn is said to be open.
+    """
     store = existing_store(store_url)
 
-    async def go() -> None:
+    async def go() -> tuple[str, Session]:
         try:
-            session = await load_session(store, session_id)
+            whole = await resolve(store, session_id)
+            return whole, await load_session(store, whole, repair=False)
         finally:
             await store.close()
-        report = verify_log(session.meta, session.events)
-        click.echo(
-            f"ok: {session_id}: {report.events} events, {report.turns} turns, "
-            f"{report.requests_checked} requests rebuilt and matched their digests"
-        )
 
-    run_async(go)
+    whole, session = run_async(go)
+    try:
+        report = verify_log(session.meta, session.events)
+    except VerificationFailed as exc:
+        fail(f"verification failed: {whole}: {exc}", EXIT_VERIFY_FAILED)
+    open_turn = session.open_turn
+    if as_json:
+        write_json_lines(
+            [
+                {
+                    "ok": True,
+                    "id": whole,
+                    "events": report.events,
+                    "turns": report.turns,
+                    "requests_checked": report.requests_checked,
+                    "requests_without_digest": report.requests_without_digest,
+                    "open_turn": open_turn,
+                }
+            ]
+        )
+        return
+    line = (
+        f"ok: {whole}: {plural(report.events, 'event')}, {plural(report.turns, 'turn')}, "
+        f"{plural(report.requests_checked, 'request')} rebuilt and matched "
+        f"{'its digest' if report.requests_checked == 1 else 'their digests'}"
+    )
+    if report.requests_without_digest:
+        line += f"; {plural(report.requests_without_digest, 'request')} had no digest to check"
+    click.echo(line)
+    if open_turn is not None:
+        click.echo(
+            f"note: turn {open_turn} is still open (its writer is live in another process, or "
+            "it crashed and the next resume closes it); the durable part was verified"
+        )
 
 
 @sessions.command()
@@ -362,15 +813,17 @@ def fork(store_url: str, session_id: str, boundary: int | None, child_id: str | 
     """Fork a stored session at a turn/end (O(1): the child points at its parent)."""
     store = existing_store(store_url)
 
-    async def go() -> None:
+    async def go() -> tuple[str, int, str]:
         try:
-            point = await fork_point(store, session_id, boundary, child_id)
-            await store.fork(session_id, point.boundary, point.child_id)
+            whole = await resolve(store, session_id)
+            point = await fork_point(store, whole, boundary, child_id)
+            await store.fork(whole, point.boundary, point.child_id)
         finally:
             await store.close()
-        click.echo(f"forked {session_id} at seq {point.boundary}: {point.child_id}")
+        return whole, point.boundary, point.child_id
 
-    run_async(go)
+    whole, at, child = run_async(go)
+    click.echo(f"forked {whole} at seq {at}: {child}")
 
 
 @sessions.command()
@@ -392,17 +845,22 @@ def resume(
     store = existing_store(store_url)
     provider, spec_model = provider_for(provider_spec, base_url, 0.0, None)
 
-    async def go() -> None:
-        if not await store.exists(session_id):
+    async def go() -> tuple[str, UsageTotals]:
+        try:
+            whole = await resolve(store, session_id)
+        except BaseException:
             await store.close()
-            raise SessionNotFound(session_id)
+            raise
         async with Runtime.open(store=store, provider=provider, dev_invariants=True) as rt:
-            agent = await rt.resume(session_id, AgentOptions(model=spec_model or model))
+            agent = await rt.resume(whole, AgentOptions(model=spec_model or model))
             result = await agent.send(message)
-            answer = agent.session.derive_messages()[-1].text
-        click.echo(f"turn {result.turn} {result.reason}: {answer}")
+            answer = result.text
+            used = turn_usage(agent.session.events, result.turn) if result.turn else UsageTotals()
+        return f"turn {result.turn} {result.reason}: {answer}", used
 
-    run_async(go)
+    line, used = run_async(go)
+    click.echo(line)
+    click.echo(f"usage: {usage_text(used)}")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m actorloop.runtime.cli`

@@ -10,6 +10,7 @@ keep working)::
     │   ├── SessionFormatUnsupported   a newer or unknown format version; refused, not repaired
     │   ├── SessionCorruptError        damage a load cannot repair by cutting a torn tail
     │   ├── SessionNotFound            [KeyError] no such session in the store
+    │   ├── SessionIdAmbiguous         [LookupError] a shortened id matches several sessions
     │   ├── SessionExists              a session with that id is already stored
     │   ├── SessionBusy                another live writer owns the session
     │   ├── SessionForkError           a fork was refused; `.code` is a fork code
@@ -18,6 +19,8 @@ keep working)::
     ├── ContentError                   [TypeError] content is not a str or a tuple of blocks
     ├── JsonValueError                 [ValueError] a value has no lossless JSON form
     ├── ToolOrderError                 [ValueError] `tool_order` names an unknown tool
+    ├── InvalidToolSchema              [ValueError] a tool's parameters are not a JSON Schema
+    ├── CallConfigError                [ValueError] a model call option is malformed or conflicts
     ├── AgentError                     a call on an agent handle was refused or failed
     │   ├── AgentClosed                the agent was disposed or failed
     │   ├── InboxFull                  a synchronous enqueue met a full inbox
@@ -38,7 +41,8 @@ keep working)::
     ├── ActorStopped                   an actor ended before taking a message or answering
     ├── InvariantViolation             [AssertionError] a request is not what the log rebuilds
     ├── VerificationFailed             a stored log fails offline verification
-    └── WorkloadError                  [ValueError] a workload file does not match its schema
+    ├── WorkloadError                  [ValueError] a workload file does not match its schema
+    └── TelemetryError                 tracing was asked for and cannot be set up
 
 Codes are the stable strings recorded in logs and shown to callers (`ErrorCode`); every
 code actorloop writes is a member of it, so one grep finds every place that uses it.
@@ -68,6 +72,7 @@ class ErrorCode(StrEnum):
     TOOL_ABORTED_BEFORE_DISPATCH = "TOOL_ABORTED_BEFORE_DISPATCH"
     TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
     TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+    INVALID_TOOL_OUTPUT = "INVALID_TOOL_OUTPUT"
 
     # model calls (ProviderError.code, finish errors, turn/end error.code)
     RATE_LIMITED = "RATE_LIMITED"
@@ -82,7 +87,9 @@ class ErrorCode(StrEnum):
     STREAM_INTERRUPTED = "STREAM_INTERRUPTED"
     STREAM_INCOMPLETE = "STREAM_INCOMPLETE"
     CONTENT_FILTERED = "CONTENT_FILTERED"
+    REFUSED = "REFUSED"
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
 
     # compaction (compaction/end error.code, CompactionFailed.code)
@@ -147,6 +154,17 @@ class SessionNotFound(SessionError, KeyError):
         return str(self.args[0])
 
 
+class SessionIdAmbiguous(SessionError, LookupError):
+    """A shortened or partial session id (as `sessions list` prints them) matches more
+    than one stored session; `matches` holds them all."""
+
+    def __init__(self, given: str, matches: tuple[str, ...]) -> None:
+        shown = ", ".join(matches[:4]) + (", …" if len(matches) > 4 else "")
+        super().__init__(f"session id {given!r} matches {len(matches)} sessions: {shown}")
+        self.given = given
+        self.matches = matches
+
+
 class SessionExists(SessionError):
     """A session with this id is already stored."""
 
@@ -196,7 +214,15 @@ class ToolOrderError(ActorloopError, ValueError):
     """`tool_order` names a tool the agent does not have."""
 
 
+class CallConfigError(ActorloopError, ValueError):
+    """A model call option (`LlmCallConfig`) is malformed, or two options conflict."""
+
+
 # ---------------------------------------------------------------------- agents and runtime
+
+
+class InvalidToolSchema(ActorloopError, ValueError):
+    """A `Tool`'s `parameters` is not a valid JSON Schema (refused when the Tool is made)."""
 
 
 class AgentError(ActorloopError):
@@ -341,6 +367,11 @@ class VerificationFailed(ActorloopError):
 
 class WorkloadError(ActorloopError, ValueError):
     """A workload file is missing, unreadable or does not match the schema."""
+
+
+class TelemetryError(ActorloopError):
+    """Tracing was asked for and cannot be set up: opentelemetry-api is not installed (the
+    `otel` extra), or the `telemetry` setting is not a bool, a `Telemetry` or None."""
 
 
 def sole_error(error: BaseException) -> BaseException:

@@ -123,6 +123,9 @@ class AssistantMessage:
     model: str
     usage: TokenUsage | None = None
     request_digest: str | None = None
+    rewritten: bool = False
+    """The content is an `agent/step-result` listener's replacement of what the chunks
+    (still the provenance) assembled to."""
 
 
 @frozen

@@ -66,7 +66,13 @@ HOOK_KINDS: dict[str, HookKind] = {
     "tools/pre-execute": "waterfall",
     "tools/post-execute": "waterfall",
     "agent/turn-continuation": "waterfall",
+    "tools/assemble": "waterfall",
+    "agent/step-result": "waterfall",
+    "tools/execute": "waterfall",
     "agent/pre-step": "serial",
+    "agent/post-step": "serial",
+    "agent/turn-stop": "serial",
+    "agent/inbox": "notify",
     "agent/session-start": "notify",
     "session/event": "notify",
     "agent/status": "notify",
@@ -128,18 +134,26 @@ async def _settle(result: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
 
 
-async def run_waterfall(name: str, chain: Chain, agent: Any, value: Any) -> Any:
+async def run_waterfall(
+    name: str,
+    chain: Chain,
+    agent: Any,
+    value: Any,
+    terminal: Callable[[Any], Awaitable[Any]] | None = None,
+) -> Any:
     """Run `chain` outermost-first; each listener gets `(agent, value, next)`.
 
     `await next()` returns the downstream value (optionally `next(new_value)` passes a
-    different value down); not calling it short-circuits; calling it twice raises.
+    different value down); not calling it short-circuits; calling it twice raises. With a
+    `terminal`, the innermost `next()` returns `await terminal(value)` instead of the value
+    (the waterfall wraps an action, e.g. `tools/execute` around running the tool).
     """
     if not chain:
-        return value
+        return value if terminal is None else await terminal(value)
 
     async def call(index: int, current: Any) -> Any:
         if index == len(chain):
-            return current
+            return current if terminal is None else await terminal(current)
         used = False
 
         async def next_(replacement: Any = _UNSET) -> Any:
@@ -158,6 +172,16 @@ async def run_serial(chain: Chain, agent: Any, value: Any) -> None:
     """Await each listener in order with `(agent, value)`."""
     for listener in chain:
         await _settle(listener(agent, value))
+
+
+async def run_until_answer(chain: Chain, agent: Any, value: Any) -> Any:
+    """Await serial listeners in order until one returns something other than None; that
+    answer (None if every listener returned None)."""
+    for listener in chain:
+        answer = await _settle(listener(agent, value))
+        if answer is not None:
+            return answer
+    return None
 
 
 def run_notify(name: str, chain: Chain, agent: Any, value: Any) -> None:

@@ -20,10 +20,16 @@ class Text:
 
 @frozen
 class Reasoning:
-    """A reasoning block; `signature` is the provider's proof needed to send it back."""
+    """A reasoning block. The optional fields are provider-opaque data that must be sent back
+    unchanged: `signature` (the provider's proof, Anthropic thinking), `redacted` (the data
+    of an Anthropic `redacted_thinking` block), `encrypted_content` and `item_id` (an OpenAI
+    Responses reasoning item)."""
 
     text: str
     signature: str | None = None
+    redacted: str | None = None
+    encrypted_content: str | None = None
+    item_id: str | None = None
 
 
 @frozen

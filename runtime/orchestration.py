@@ -1,6 +1,6 @@
 """Runs a `Workload`: a coordinator that delegates to subagents, workers that are forked,
 cancelled and resumed, a shared skill-catalogue prefix — then verifies every stored log and
-reports what happened."""
+reports what happened, token usage included."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from attrs import define, field, frozen
 
 from actorloop.runtime.agent import Agent
 from actorloop.runtime.chunks import StreamChunk
-from actorloop.runtime.events import AssistantMessage, CompactionSummary, SessionEvent, TurnEnd
+from actorloop.runtime.events import CompactionSummary, SessionEvent, TurnEnd
 from actorloop.runtime.messages import Message
+from actorloop.runtime.meta import SessionMeta
 from actorloop.runtime.options import AgentOptions, Tool, ToolContext
 from actorloop.runtime.providers.base import ModelInfo, Provider, opened_stream
 from actorloop.runtime.providers.sim import SimProvider
@@ -25,6 +26,7 @@ from actorloop.runtime.request import Request
 from actorloop.runtime.runtime import Runtime
 from actorloop.runtime.stores.base import Store
 from actorloop.runtime.subagents import subagent_tool
+from actorloop.runtime.usage import UsageTotals, session_usage
 from actorloop.runtime.verify import verify_log
 from actorloop.runtime.workload import Skill, Workload
 
@@ -35,6 +37,9 @@ Progress = Callable[[str], None]
 
 @frozen
 class RunReport:
+    """What one run did. `usage` sums what every session of the run used itself (a fork's
+    seed is counted once, in its parent); `session_usage` has it per session id."""
+
     workload: str
     run_id: str
     store: str
@@ -42,20 +47,14 @@ class RunReport:
     turns: int
     turn_reasons: Mapping[str, int]
     requests: int
-    input_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
+    usage: UsageTotals
+    session_usage: Mapping[str, UsageTotals]
     compactions: int
     invariant_checks: int
     verified_sessions: int
     step_overhead_p50_ms: float
     step_overhead_p99_ms: float
     wall_seconds: float
-
-    @property
-    def cache_hit_rate(self) -> float:
-        billed = self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
-        return self.cache_read_tokens / billed if billed else 0.0
 
 
 @define
@@ -196,6 +195,7 @@ async def run_workload(
             system=workers.system,
             tools=(LOOKUP,),
             context_window=workload.context_window,
+            labels={"name": "worker"},
         )
         coordinator = await rt.spawn(
             AgentOptions(
@@ -203,6 +203,7 @@ async def run_workload(
                 system=workload.coordinator.system,
                 tools=(subagent_tool(rt, options=worker_options), LOOKUP),
                 context_window=workload.context_window,
+                labels={"name": "coordinator"},
             ),
             session_id=f"{run_id}-coordinator",
         )
@@ -263,25 +264,26 @@ async def _report(
     invariant_checks: int,
     wall: float,
 ) -> RunReport:
-    metas = [meta for meta in await store.list() if meta.id.startswith(run_id)]
+    # A store may list a session it cannot read (a DamagedSession): it counts as a session
+    # of the run that did not verify.
+    listed = [entry for entry in await store.list() if entry.id.startswith(run_id)]
     turns = 0
     reasons: dict[str, int] = {}
-    usage_in = usage_read = usage_write = 0
+    usages: dict[str, UsageTotals] = {}
     compactions = 0
     verified = 0
-    for meta in metas:
-        loaded_meta, events = await store.load(meta.id)
-        verify_log(loaded_meta, events)
+    for entry in listed:
+        if not isinstance(entry, SessionMeta):
+            continue
+        meta, events = await store.load(entry.id)
+        verify_log(meta, events)
         verified += 1
-        for event in events:
+        usages[meta.id] = session_usage(meta, events)
+        for event in events[meta.seed_length or 0 :]:
             data = event.data
             if isinstance(data, TurnEnd):
                 turns += 1
                 reasons[data.reason.kind] = reasons.get(data.reason.kind, 0) + 1
-            elif isinstance(data, AssistantMessage) and data.usage is not None:
-                usage_in += data.usage.input
-                usage_read += data.usage.cache_read
-                usage_write += data.usage.cache_write
             elif isinstance(data, CompactionSummary):
                 compactions += 1
     overheads = sorted(timings.overheads) or [0.0]
@@ -290,13 +292,12 @@ async def _report(
         workload=workload.name,
         run_id=run_id,
         store=store.url,
-        sessions=len(metas),
+        sessions=len(listed),
         turns=turns,
         turn_reasons=reasons,
         requests=requests,
-        input_tokens=usage_in,
-        cache_read_tokens=usage_read,
-        cache_write_tokens=usage_write,
+        usage=sum(usages.values(), UsageTotals()),
+        session_usage=usages,
         compactions=compactions,
         invariant_checks=invariant_checks,
         verified_sessions=verified,

@@ -37,6 +37,7 @@ from actorloop.runtime.session import Session, SessionMeta, new_session_id
 from actorloop.runtime.stored import fork_point
 from actorloop.runtime.stores.base import Store, open_store
 from actorloop.runtime.stores.ids import check_session_id
+from actorloop.runtime.telemetry import TelemetrySetting, Tracing, open_tracing
 
 log = logging.getLogger("actorloop.runtime")
 
@@ -56,6 +57,7 @@ class Runtime:
         default_provider: str | None,
         dev_invariants: bool,
         compactor: Compactor | None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._supervisor = supervisor
         self._owned_work = owned_work
@@ -71,12 +73,16 @@ class Runtime:
         self._checked: dict[str, InvariantCheckedProvider] = {}
         self.providers: dict[str, Provider] = {}
         for name, provider in providers.items():
+            if tracing is not None:
+                provider = tracing.wrap(provider)
             if dev_invariants:
                 checked = InvariantCheckedProvider(provider, self._events_of)
                 self._checked[name] = checked
                 self.providers[name] = checked
             else:
                 self.providers[name] = provider
+        if tracing is not None:
+            tracing.attach(self)
 
     @classmethod
     @asynccontextmanager
@@ -89,6 +95,7 @@ class Runtime:
         dev_invariants: bool = False,
         compactor: Compactor | None = None,
         compaction: bool = True,
+        telemetry: TelemetrySetting = None,
     ) -> AsyncIterator[Runtime]:
         """Open a runtime: `async with Runtime.open(...) as rt`.
 
@@ -96,10 +103,13 @@ class Runtime:
         becomes the default, `providers` adds named ones (an agent picks one with
         `AgentOptions.provider`). `dev_invariants` checks every loop-built request against
         a replay of the log before it is sent. `compactor`/`compaction` choose the
-        compaction gate (on by default). Leaving the block disposes every agent (running
+        compaction gate (on by default). `telemetry`: OpenTelemetry spans
+        (runtime/telemetry.py); by default on when opentelemetry-api is importable, so the
+        global tracer provider decides. Leaving the block disposes every agent (running
         turns end `disposed`), flushes and closes the store; errors come out as plain
         typed exceptions.
         """
+        tracing = open_tracing(telemetry)
         all_providers: dict[str, Provider] = dict(providers or {})
         default_name: str | None = None
         if provider is not None:
@@ -133,7 +143,10 @@ class Runtime:
                             default_provider=default_name,
                             dev_invariants=dev_invariants,
                             compactor=compactor,
+                            tracing=tracing,
                         )
+                        for provider in all_providers.values():
+                            await _open_provider(provider)
                         try:
                             yield runtime
                         finally:
@@ -209,15 +222,24 @@ class Runtime:
             raise
         return await self._start(Session(meta), options, provider, lease, "startup")
 
-    async def resume(self, session_id: str, options: AgentOptions) -> Agent:
-        """A new loop instance on a stored session (repaired on load)."""
+    async def resume(self, session_id: str, options: AgentOptions | None = None) -> Agent:
+        """A new loop instance on a stored session (repaired on load).
+
+        Without `options`, the model, provider, system prompt and call settings are
+        restored from the session's last request header (`AgentOptions.restored`); tools
+        are code and are not stored, so a resumed agent has none until given some
+        (`agent.reconfigure(tools=...)`).
+        """
         self._refuse_closing()
-        provider = self.provider_for(options)
+        if options is not None:
+            self.provider_for(options)
         self._refuse_live(session_id)
         lease = self._claim(session_id)
         try:
             meta, events = await self.store.load(session_id, lease=lease)
             session = Session.from_loaded(session_id, events, meta)
+            options = options or _stored_options(session)
+            provider = self.provider_for(options)
         except BaseException:
             lease.release()
             raise
@@ -278,9 +300,8 @@ class Runtime:
     ) -> Agent:
         """Fork a session no agent here owns (it may be live in another process)."""
         point = await fork_point(self.store, session_id, boundary, child_id)
-        if options is None:
-            raise ValueError("options are required to fork a session that is not live")
-        provider = self.provider_for(options)
+        if options is not None:
+            self.provider_for(options)
         await self._refuse_existing(point.child_id)
         lease = self._claim(point.child_id)
         try:
@@ -289,6 +310,8 @@ class Runtime:
             if child is None:
                 meta, events = await self.store.load(point.child_id, lease=lease)
                 child = Session.from_loaded(point.child_id, events, meta)
+            options = options or _stored_options(child)
+            provider = self.provider_for(options)
         except BaseException:
             lease.release()
             raise
@@ -377,6 +400,16 @@ class Runtime:
                     nursery.start_soon(loop.dispose)
 
 
+def _stored_options(session: Session) -> AgentOptions:
+    header = session.header()
+    if header is None:
+        raise ValueError(
+            f"session {session.id!r} has no stored request header to restore options from; "
+            "pass options"
+        )
+    return AgentOptions.restored(header, labels=session.meta.labels)
+
+
 def _out_of_fds(exc: BaseException) -> bool:
     cause = exc.__cause__
     return isinstance(cause, OSError) and cause.errno == errno.EMFILE
@@ -404,6 +437,14 @@ def _shielded(
             await run(task_status=task_status)
 
     return shielded
+
+
+async def _open_provider(provider: Provider) -> None:
+    """HTTP adapters build their client (and its SSL context) off the event loop here, so
+    no first request blocks the trio thread."""
+    opener = getattr(provider, "open", None)
+    if opener is not None:
+        await opener()
 
 
 async def _close_provider(provider: Provider) -> None:

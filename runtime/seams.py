@@ -64,6 +64,40 @@ class PreStep:
 
 
 @frozen
+class PostStep:
+    """`agent/post-step` value: the step that just ended (`cancelled`: its turn was
+    cancelled, and the listeners run in the shielded close, briefly)."""
+
+    turn: int
+    step: int
+    cancelled: bool = False
+
+
+@frozen
+class TurnStop:
+    """`agent/turn-stop` value: asked after each step of a turn that would go on; a listener
+    that returns anything but None stops the turn there (pending steering is discarded)."""
+
+    turn: int
+    step: int
+
+
+InboxEventKind: TypeAlias = Literal["enqueue", "dequeue", "discard"]
+
+
+@frozen
+class InboxEvent:
+    """`agent/inbox` value: an item entered the inbox, was taken by the loop, or was
+    discarded unrun (cancel, dispose, its caller cancelled); `queued` is how many items
+    are in the inbox after the change."""
+
+    kind: InboxEventKind
+    item: Literal["message", "injection", "compaction"]
+    source: Source
+    queued: int
+
+
+@frozen
 class ToolCallInfo:
     """`tools/pre-execute` input: one requested call, before it is logged or run."""
 

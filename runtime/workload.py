@@ -1,10 +1,13 @@
-"""Declarative workload files (TOML) for `actorloop run`: their schema and strict parsing."""
+"""Declarative workload files (TOML) for `actorloop run`: their schema, strict parsing, and
+the workloads that ship inside the package (`runtime/workloads/*.toml`, package data)."""
 
 from __future__ import annotations
 
 import math
 import re
 import tomllib
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,9 @@ from actorloop.runtime.errors import WorkloadError
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """Workload names prefix session ids, so they use the session-id alphabet."""
+
+DEFAULT_WORKLOAD = "demo"
+"""The packaged workload `actorloop run` runs when given none."""
 
 
 def _not_negative(_instance: object, attribute: Any, value: int) -> None:
@@ -69,6 +75,7 @@ class Workers:
 class Workload:
     name: str = field(validator=_name)
     coordinator: Coordinator
+    description: str = ""
     model: str = "sim-1"
     skills: tuple[Skill, ...] = field(default=(), converter=tuple)
     workers: Workers = Workers()
@@ -129,6 +136,44 @@ def load_workload(path: Path) -> Workload:
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"workload {path} is not UTF-8 text ({exc.reason})") from exc
     return parse_workload(text, str(path))
+
+
+def _packaged() -> Traversable:
+    return resources.files("actorloop.runtime").joinpath("workloads")
+
+
+def packaged_workloads() -> tuple[str, ...]:
+    """The names of the workloads shipped inside the package, sorted."""
+    return tuple(
+        sorted(
+            entry.name.removesuffix(".toml")
+            for entry in _packaged().iterdir()
+            if entry.name.endswith(".toml")
+        )
+    )
+
+
+def packaged_workload_text(name: str) -> str:
+    """The TOML text of the packaged workload `name` (a starting point for your own)."""
+    if name not in packaged_workloads():
+        known = ", ".join(packaged_workloads())
+        raise WorkloadError(f"no packaged workload named {name!r} (packaged: {known})")
+    return _packaged().joinpath(f"{name}.toml").read_text(encoding="utf-8")
+
+
+def find_workload(argument: str | None) -> Workload:
+    """The workload `actorloop run ARGUMENT` means: a TOML file if `argument` names one,
+    else the packaged workload of that name; no argument is the packaged default."""
+    if argument is None:
+        argument = DEFAULT_WORKLOAD
+    elif Path(argument).exists() or not NAME_PATTERN.fullmatch(argument):
+        return load_workload(Path(argument))
+    if argument in packaged_workloads():
+        return parse_workload(packaged_workload_text(argument), f"packaged workload {argument}")
+    known = ", ".join(packaged_workloads())
+    raise WorkloadError(
+        f"no workload file {argument!r} and no packaged workload of that name (packaged: {known})"
+    )
 
 
 def _format_leaf(exc: BaseException, type: Any) -> str:

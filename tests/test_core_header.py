@@ -79,10 +79,13 @@ def test_a_tool_reorder_is_a_change() -> None:
     assert not headers_equal(header(tools=(A, B)), header(tools=(B, A)))
 
 
-def test_tools_compare_by_canonical_json() -> None:
+def test_tools_compare_by_their_encoding_in_the_order_written() -> None:
+    """Decision 0007: parameters keep the order written, so a property reorder is a change."""
     one = ToolSchema("a", "d", {"type": "object", "properties": {"x": {}, "y": {}}})
+    same = ToolSchema("a", "d", {"type": "object", "properties": {"x": {}, "y": {}}})
     two = ToolSchema("a", "d", {"properties": {"y": {}, "x": {}}, "type": "object"})
-    assert headers_equal(header(tools=(one,)), header(tools=(two,)))
+    assert headers_equal(header(tools=(one,)), header(tools=(same,)))
+    assert not headers_equal(header(tools=(one,)), header(tools=(two,)))
     three = ToolSchema("a", "d", {"type": "object"})
     assert not headers_equal(header(tools=(one,)), header(tools=(three,)))
 

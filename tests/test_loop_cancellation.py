@@ -61,7 +61,9 @@ class Probe:
 
 
 def options(*tools: Tool) -> AgentOptions:
-    return AgentOptions(model="m", system="sys", tools=tools)
+    # The windows here are those of calls that run one after another; the parallel pool's
+    # own windows are exercised in tests/test_tool_pool.py.
+    return AgentOptions(model="m", system="sys", tools=tools, max_parallel_tool_calls=1)
 
 
 def of_type(agent: Agent, kind: str) -> list[Any]:

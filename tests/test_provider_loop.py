@@ -6,12 +6,23 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sse_server import SseServer, anthropic_stream, openai_stream
+from provider_kit import fixture_stream
+from sse_server import Reply, SseServer, anthropic_stream, openai_stream, sse_event
 
 from actorloop.codecs.jsonvalue import canonical_json
-from actorloop.runtime import AgentOptions, Message, Runtime, TokenUsage, Tool, ToolContext
+from actorloop.runtime import (
+    AgentOptions,
+    Message,
+    Reasoning,
+    Runtime,
+    TokenUsage,
+    Tool,
+    ToolCall,
+    ToolContext,
+)
 from actorloop.runtime.providers.anthropic import AnthropicProvider
 from actorloop.runtime.providers.openai import OpenAIChatProvider
+from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.providers.sim import SimProvider
 
@@ -204,6 +215,80 @@ async def test_anthropic_loop_with_a_tool_call(server: SseServer) -> None:
                 }
             ],
         },
+    ]
+
+
+async def test_responses_loop_replays_encrypted_reasoning_from_the_log(server: SseServer) -> None:
+    def event(payload: dict[str, Any]) -> bytes:
+        return sse_event(payload, payload["type"])
+
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    call = {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": ""}
+    server.push(
+        Reply(
+            pieces=(
+                event({"type": "response.output_item.added", "output_index": 0, "item": reasoning}),
+                event(
+                    {
+                        "type": "response.output_item.done",
+                        "output_index": 0,
+                        "item": {**reasoning, "encrypted_content": "enc-1"},
+                    }
+                ),
+                event({"type": "response.output_item.added", "output_index": 1, "item": call}),
+                event(
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "output_index": 1,
+                        "delta": '{"q": "w"}',
+                    }
+                ),
+                event({"type": "response.output_item.done", "output_index": 1, "item": call}),
+                event(
+                    {
+                        "type": "response.completed",
+                        "response": {
+                            "usage": {
+                                "input_tokens": 50,
+                                "input_tokens_details": {"cached_tokens": 0},
+                                "output_tokens": 12,
+                                "output_tokens_details": {"reasoning_tokens": 8},
+                            }
+                        },
+                    }
+                ),
+            )
+        ),
+        fixture_stream("responses_text_cached.sse"),
+    )
+    provider = OpenAIResponsesProvider(server.url + "/v1", KEY, retry=RetryPolicy(sleep=no_wait))
+    calls: list[dict[str, Any]] = []
+    options = AgentOptions(model="gpt-test", system="You are terse.", tools=(lookup_tool(calls),))
+    async with Runtime.open(store="memory:", provider=provider, dev_invariants=True) as rt:
+        rt.on("agent/session-prefix", session_prefix)
+        agent = await rt.spawn(options)
+        result = await agent.send("hi")
+        assert result.reason == "completed"
+        assert calls == [{"q": "w"}]
+        messages = agent.session.derive_messages()
+        assert messages[1] == Message(
+            "assistant",
+            (
+                Reasoning("", encrypted_content="enc-1", item_id="rs_1"),
+                ToolCall("call_1", "lookup", '{"q": "w"}'),
+            ),
+        )
+        assert messages[-1] == Message.assistant("It is sunny in Paris.")
+        assert usages(agent) == [
+            TokenUsage(input=50, output=12, reasoning=8),
+            TokenUsage(input=252, output=7, cache_read=2048),
+        ]
+    first, second = (seen.json() for seen in server.requests)
+    assert first["store"] is False and second["input"][:2] == first["input"]
+    assert second["input"][2:] == [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "enc-1"},
+        {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": '{"q": "w"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "found w"},
     ]
 
 

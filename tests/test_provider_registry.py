@@ -7,6 +7,7 @@ import pytest
 from actorloop.runtime.providers.anthropic import AnthropicProvider
 from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
 from actorloop.runtime.providers.registry import ProviderSpecError, provider_from_spec
+from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.sim import SimProvider
 
 
@@ -32,6 +33,12 @@ def test_sim_specs(spec: str, mode: str) -> None:
         ),
         ("deepseek:deepseek-chat", DeepSeekProvider, "https://api.deepseek.com", "deepseek-chat"),
         (
+            "openai-responses:gpt-5",
+            OpenAIResponsesProvider,
+            "https://api.openai.com/v1",
+            "gpt-5",
+        ),
+        (
             "openai:ft:gpt-4o:org:abc",
             OpenAIChatProvider,
             "https://api.openai.com/v1",
@@ -42,7 +49,7 @@ def test_sim_specs(spec: str, mode: str) -> None:
 def test_http_specs(spec: str, kind: type, base: str, model: str) -> None:
     provider, named = provider_from_spec(spec)
     assert type(provider) is kind
-    assert isinstance(provider, OpenAIChatProvider | AnthropicProvider)
+    assert isinstance(provider, OpenAIChatProvider | AnthropicProvider | OpenAIResponsesProvider)
     assert provider.base_url == base and named == model
 
 
@@ -76,3 +83,10 @@ def test_bad_specs_raise_one_line_typed_errors(spec: str, problem: str) -> None:
 def test_sim_takes_no_endpoint() -> None:
     with pytest.raises(ProviderSpecError, match="no base_url"):
         provider_from_spec("sim", base_url="http://x")
+
+
+def test_the_responses_adapter_is_exported_lazily() -> None:
+    from actorloop.runtime import providers
+
+    assert providers.OpenAIResponsesProvider is OpenAIResponsesProvider
+    assert "OpenAIResponsesProvider" in dir(providers)

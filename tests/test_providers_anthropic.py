@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
-from provider_kit import PREFIX, TOOLS, Waits
+from provider_kit import PREFIX, TOOLS, Waits, assemble, fixture_stream
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, anthropic_stream, json_reply
 
+from actorloop.codecs.converter import ordered_fragment
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -22,8 +24,8 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ProviderError
-from actorloop.runtime.header import LlmCallConfig, ToolSchema
+from actorloop.runtime.errors import CallConfigError, ProviderError
+from actorloop.runtime.header import LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
 from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.anthropic import AnthropicProvider
 from actorloop.runtime.providers.retry import RetryPolicy
@@ -155,6 +157,9 @@ async def test_text_stream_usage_and_exact_request(server: SseServer, waits: Wai
         ],
     }
     assert seen.json() == expected
+    # Canonical bytes, except that tool schemas keep the order written (decision 0007).
+    for tool in expected["tools"]:
+        tool["input_schema"] = ordered_fragment(tool["input_schema"])
     assert seen.body == canonical_json(expected)
 
 
@@ -404,3 +409,194 @@ async def test_tool_use_without_id_is_a_protocol_error(server: SseServer, waits:
     with pytest.raises(ProviderError) as caught:
         await collect(anthropic(server, waits), make_request(Message.user("hi")))
     assert caught.value.code == "PROTOCOL_ERROR"
+
+
+REDACTED_DATA = (
+    "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4"
+    "mPnZ5sQ7vB5URj2pabbYcYgzjj4Nls"
+)
+
+
+async def test_redacted_thinking_is_kept_and_replayed_unchanged(
+    server: SseServer, waits: Waits
+) -> None:
+    """D4: the API requires redacted_thinking blocks to be passed back as they came."""
+    server.push(fixture_stream("anthropic_redacted_thinking.sse"), HELLO)
+    provider = anthropic(server, waits)
+    chunks = await collect(provider, make_request(Message.user("capital of France?")))
+    content = assemble(chunks).content()
+    assert content == (
+        Reasoning(
+            "The user wants the capital.",
+            signature="EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds",
+        ),
+        Reasoning("", redacted=REDACTED_DATA),
+        Text("Paris."),
+    )
+    assert chunks[-2:] == [
+        UsageReport(TokenUsage(input=38, output=87, cache_write=1200)),
+        Finish("stop"),
+    ]
+    await collect(
+        provider,
+        make_request(
+            Message.user("capital of France?"), Message("assistant", content), Message.user("ok")
+        ),
+    )
+    replayed = server.requests[1].json()["messages"][3]
+    assert replayed == {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "thinking",
+                "thinking": "The user wants the capital.",
+                "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds",
+            },
+            {"type": "redacted_thinking", "data": REDACTED_DATA},
+            {"type": "text", "text": "Paris."},
+        ],
+    }
+
+
+async def test_redacted_thinking_without_data_is_a_protocol_error(
+    server: SseServer, waits: Waits
+) -> None:
+    server.push(
+        anthropic_stream(
+            message_start(input_tokens=5), block_start(0, {"type": "redacted_thinking"})
+        )
+    )
+    with pytest.raises(ProviderError) as caught:
+        await collect(anthropic(server, waits), make_request(Message.user("hi")))
+    assert caught.value.code == "PROTOCOL_ERROR"
+
+
+def thinking_request(**config: Any) -> Request:
+    return Request("s", LlmCallConfig("claude-test", **config), None, TOOLS, (Message.user("q"),))
+
+
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        ({"thinking_budget": 500}, "below the minimum of 1024"),
+        ({"thinking_budget": 2048, "max_tokens": 1024}, "must be below max_tokens 1024"),
+        ({"thinking_budget": 2048, "temperature": 0.5}, "cannot be combined with thinking"),
+    ],
+)
+def test_thinking_options_are_checked_when_the_config_is_made(
+    config: dict[str, Any], problem: str
+) -> None:
+    """D5: these used to go out and fail at the API (or pass unchecked)."""
+    with pytest.raises(CallConfigError, match=problem):
+        LlmCallConfig("claude-test", **config)
+
+
+@pytest.mark.parametrize(
+    ("provider_budget", "config", "problem"),
+    [
+        (2048, {"max_tokens": 1024}, "thinking_budget 2048 must be below max_tokens 1024"),
+        (2048, {"temperature": 0.7}, "temperature 0.7 cannot be combined with thinking"),
+        (2048, {"tool_choice": "required"}, "tool_choice 'required' cannot be combined"),
+        (None, {"thinking_budget": 9000}, "thinking_budget 9000 must be below max_tokens 8192"),
+    ],
+)
+async def test_thinking_conflicts_are_refused_before_sending(
+    server: SseServer, waits: Waits, provider_budget: int | None, config: dict[str, Any],
+    problem: str,
+) -> None:  # fmt: skip
+    provider = anthropic(server, waits, thinking_budget=provider_budget)
+    with pytest.raises(ProviderError) as caught:
+        await collect(provider, thinking_request(**config))
+    assert caught.value.code == "INVALID_REQUEST" and problem in str(caught.value)
+    assert server.requests == []
+
+
+def test_a_provider_budget_below_the_minimum_is_refused() -> None:
+    with pytest.raises(CallConfigError, match="below the minimum"):
+        AnthropicProvider(api_key=KEY, thinking_budget=1000)
+
+
+def test_the_config_budget_wins_over_the_provider_default() -> None:
+    provider = AnthropicProvider(api_key=KEY, thinking_budget=1024)
+    body = provider.build_body(thinking_request(thinking_budget=4096, max_tokens=8000))
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 4096}
+    assert "temperature" not in body
+
+
+async def test_cache_ttl_and_breakpoint_choice(server: SseServer, waits: Waits) -> None:
+    server.push(HELLO, HELLO)
+    provider = anthropic(server, waits)
+    hour = LlmCallConfig("claude-test", cache_ttl="1h")
+    await collect(provider, attrs.evolve(make_request(Message.user("hi")), config=hour))
+    first = server.requests[0].json()
+    assert breakpoints(first) == ["tool:now", "system", "message:1:0", "message:2:0"]
+    assert first["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    stable = LlmCallConfig("claude-test", cache_breakpoints=("tools", "prefix"))
+    await collect(provider, attrs.evolve(make_request(Message.user("hi")), config=stable))
+    assert breakpoints(server.requests[1].json()) == ["tool:now", "message:1:0"]
+
+
+@pytest.mark.parametrize(
+    ("config", "tool_choice"),
+    [
+        ({"tool_choice": "auto"}, {"type": "auto"}),
+        ({"tool_choice": "required"}, {"type": "any"}),
+        ({"tool_choice": "none", "parallel_tool_calls": False}, {"type": "none"}),
+        (
+            {"tool_choice": ToolChoice.tool("lookup"), "parallel_tool_calls": False},
+            {"type": "tool", "name": "lookup", "disable_parallel_tool_use": True},
+        ),
+        ({"parallel_tool_calls": False}, {"type": "auto", "disable_parallel_tool_use": True}),
+        ({"parallel_tool_calls": True}, None),
+    ],
+)
+def test_tool_choice_and_parallel_calls(config: dict[str, Any], tool_choice: Any) -> None:
+    body = AnthropicProvider(api_key=KEY).build_body(thinking_request(**config))
+    assert body.get("tool_choice") == tool_choice
+
+
+async def test_request_options_version_and_headers(server: SseServer, waits: Waits) -> None:
+    server.push(HELLO)
+    schema = {"type": "object", "properties": {"reasoning": {}, "answer": {}}}
+    config = LlmCallConfig(
+        "claude-test",
+        strict_tools=True,
+        response_format=ResponseFormat.json_schema(schema),
+        reasoning_effort="medium",
+        user="u-1",
+        extra_body={"service_tier": "standard_only"},
+        extra_headers={"anthropic-beta": "fine-grained-tool-streaming-2025-05-14"},
+    )
+    provider = anthropic(server, waits, api_version="2026-10-21")
+    await collect(provider, attrs.evolve(make_request(Message.user("hi")), config=config))
+    [seen] = server.requests
+    body = seen.json()
+    assert seen.headers["anthropic-version"] == "2026-10-21"
+    assert seen.headers["anthropic-beta"] == "fine-grained-tool-streaming-2025-05-14"
+    assert [tool["strict"] for tool in body["tools"]] == [True, True]
+    assert body["output_config"] == {
+        "effort": "medium",
+        "format": {"type": "json_schema", "schema": schema},
+    }
+    assert list(body["output_config"]["format"]["schema"]["properties"]) == [
+        "reasoning",
+        "answer",
+    ]
+    assert body["metadata"] == {"user_id": "u-1"}
+    assert body["service_tier"] == "standard_only"
+
+
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        ({"metadata": {"team": "core"}}, "takes only user_id in metadata"),
+        ({"response_format": ResponseFormat("json_object")}, "no json_object output mode"),
+        ({"tool_choice": ToolChoice.tool("nope")}, "does not offer"),
+    ],
+)
+def test_options_the_messages_api_cannot_take_are_refused(
+    config: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ProviderError) as caught:
+        AnthropicProvider(api_key=KEY).build_body(thinking_request(**config))
+    assert caught.value.code == "INVALID_REQUEST" and problem in str(caught.value)

@@ -8,9 +8,10 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from provider_kit import PREFIX, TOOLS, Waits
+from provider_kit import PREFIX, TOOLS, Waits, assemble, fixture_stream
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, json_reply, openai_stream
 
+from actorloop.codecs.converter import ordered_fragment
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -26,9 +27,13 @@ from actorloop.runtime.chunks import (
     UsageReport,
 )
 from actorloop.runtime.errors import ProviderError
-from actorloop.runtime.header import LlmCallConfig
+from actorloop.runtime.header import LlmCallConfig, ResponseFormat, ToolChoice
 from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
-from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
+from actorloop.runtime.providers.openai import (
+    DeepSeekProvider,
+    OpenAIChatProvider,
+    usage_from_openai,
+)
 from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.request import Request
 
@@ -94,7 +99,8 @@ EXPECTED_TOOLS = [
 
 async def test_text_stream_and_exact_request(server: SseServer, waits: Waits) -> None:
     server.push(HELLO)
-    chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
+    provider = openai(server, waits, prompt_cache_key=True)
+    chunks = await collect(provider, make_request(Message.user("hi")))
     assert chunks == HELLO_CHUNKS
     [seen] = server.requests
     assert seen.path == "/v1/chat/completions"
@@ -117,6 +123,9 @@ async def test_text_stream_and_exact_request(server: SseServer, waits: Waits) ->
         "prompt_cache_key": "actorloop-" + hashlib.sha256(b"session-1").hexdigest()[:32],
     }
     assert seen.json() == expected
+    # Canonical bytes, except that tool schemas keep the order written (decision 0007).
+    for tool in expected["tools"]:
+        tool["function"]["parameters"] = ordered_fragment(tool["function"]["parameters"])
     assert seen.body == canonical_json(expected)
     assert b"session-1" not in seen.body
     assert waits.calls == []
@@ -445,6 +454,7 @@ async def test_json_instead_of_a_stream_is_a_protocol_error(
 async def test_cancel_before_the_first_byte_is_not_retried(server: SseServer, waits: Waits) -> None:
     server.push(Reply(stall=0.5, pieces=HELLO.pieces), HELLO)
     provider = openai(server, waits)
+    await provider.open()  # the client is made before the deadline starts counting
     with trio.move_on_after(0.1) as scope:
         await collect(provider, make_request(Message.user("hi")))
     assert scope.cancelled_caught
@@ -518,3 +528,175 @@ async def test_tool_call_deltas_without_index_are_told_apart_by_id(
     for chunk in chunks:
         assembler.feed(chunk)
     assert assembler.content() == (ToolCall("a", "f", '{"x": 1}'), ToolCall("b", "g", "{}"))
+
+
+@pytest.mark.parametrize(
+    ("base_url", "setting", "sent"),
+    [
+        ("https://api.openai.com/v1", None, True),
+        ("https://litellm.internal.example/v1", None, False),
+        ("http://127.0.0.1:4000/v1", None, False),
+        ("https://litellm.internal.example/v1", True, True),
+        ("https://api.openai.com/v1", False, False),
+    ],
+)
+def test_prompt_cache_key_is_sent_by_default_only_to_openai(
+    base_url: str, setting: bool | None, sent: bool
+) -> None:
+    """D1: a gateway in front of another provider rejects the unknown field."""
+    provider = OpenAIChatProvider(base_url, KEY, prompt_cache_key=setting)
+    body = provider.build_body(make_request(Message.user("hi")))
+    assert ("prompt_cache_key" in body) is sent
+
+
+async def test_no_prompt_cache_key_to_a_compatible_server(server: SseServer, waits: Waits) -> None:
+    server.push(HELLO)
+    await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert "prompt_cache_key" not in server.requests[0].json()
+    deepseek = DeepSeekProvider("https://api.deepseek.com", KEY)
+    assert "prompt_cache_key" not in deepseek.build_body(make_request(Message.user("hi")))
+
+
+async def test_gateway_cache_writes_are_not_counted_as_fresh_input(
+    server: SseServer, waits: Waits
+) -> None:
+    """D2: the same Claude call is 176 input / 300 written on the OpenAI route as well."""
+    server.push(fixture_stream("openai_chat_gateway_cache_write.sse"))
+    chunks = await collect(openai(server, waits), make_request(Message.user("capital?")))
+    assert UsageReport(TokenUsage(input=176, output=5, cache_write=300)) in chunks
+    assert chunks[-1] == Finish("stop")
+
+
+@pytest.mark.parametrize(
+    ("usage_fields", "expected"),
+    [
+        (
+            {
+                "prompt_tokens": 2000,
+                "completion_tokens": 9,
+                "prompt_tokens_details": {"cached_tokens": 1024, "cache_write_tokens": 512},
+            },
+            TokenUsage(input=464, output=9, cache_read=1024, cache_write=512),
+        ),
+        (
+            {
+                "prompt_tokens": 1500,
+                "completion_tokens": 3,
+                "cache_read_input_tokens": 1200,
+                "cache_creation_input_tokens": 100,
+            },
+            TokenUsage(input=200, output=3, cache_read=1200, cache_write=100),
+        ),
+        (
+            {"prompt_tokens": 10, "completion_tokens": True, "prompt_tokens_details": None},
+            TokenUsage(input=10),
+        ),
+    ],
+)
+def test_usage_buckets_stay_disjoint(usage_fields: dict[str, Any], expected: TokenUsage) -> None:
+    assert usage_from_openai(usage_fields) == expected
+
+
+async def test_a_refusal_is_an_error_that_keeps_its_text(server: SseServer, waits: Waits) -> None:
+    """D3: the refusal used to vanish and the turn ended `completed` and empty."""
+    server.push(fixture_stream("openai_chat_refusal.sse"))
+    chunks = await collect(openai(server, waits), make_request(Message.user("do it")))
+    refusal = "I'm sorry, but I can't help with that."
+    assert assemble(chunks).content() == (Text(refusal),)
+    assert chunks[-1] == Finish(
+        "error", ErrorInfo(f"openai: the model refused: {refusal}", "REFUSED")
+    )
+
+
+async def test_request_options_and_extra_headers(server: SseServer, waits: Waits) -> None:
+    server.push(HELLO)
+    schema = {"type": "object", "properties": {"reasoning": {}, "answer": {}}}
+    config = LlmCallConfig(
+        "gpt-test",
+        tool_choice=ToolChoice.tool("lookup"),
+        parallel_tool_calls=False,
+        strict_tools=True,
+        response_format=ResponseFormat.json_schema(schema, name="verdict", description="d"),
+        reasoning_effort="minimal",
+        user="u-1",
+        metadata={"k": "v"},
+        extra_body={"thinking": {"type": "enabled"}, "stream_options": {"include_usage": False}},
+        extra_headers={"X-Gateway-Route": "blue"},
+    )
+    request = Request("s", config, None, TOOLS, (Message.user("hi"),))
+    await collect(openai(server, waits), request)
+    [seen] = server.requests
+    body = seen.json()
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+    assert body["parallel_tool_calls"] is False
+    assert [tool["function"]["strict"] for tool in body["tools"]] == [True, True]
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "verdict", "schema": schema, "description": "d"},
+    }
+    assert body["reasoning_effort"] == "minimal"
+    assert body["user"] == "u-1" and body["metadata"] == {"k": "v"}
+    assert body["thinking"] == {"type": "enabled"}
+    assert body["stream_options"] == {"include_usage": False}  # extra_body wins
+    assert seen.headers["x-gateway-route"] == "blue"
+
+
+def test_tool_options_are_left_out_without_tools() -> None:
+    config = LlmCallConfig("m", tool_choice="none", parallel_tool_calls=True)
+    body = OpenAIChatProvider(api_key=KEY).build_body(Request("s", config, None, (), ()))
+    assert "tool_choice" not in body and "parallel_tool_calls" not in body
+    json_mode = LlmCallConfig("m", response_format=ResponseFormat("json_object"))
+    body = OpenAIChatProvider(api_key=KEY).build_body(Request("s", json_mode, None, (), ()))
+    assert body["response_format"] == {"type": "json_object"}
+
+
+@pytest.mark.parametrize(
+    ("choice", "problem"),
+    [
+        (ToolChoice.tool("missing"), "forces tool 'missing', which the request does not offer"),
+        ("required", "tool_choice 'required' but the request has no tools"),
+    ],
+)
+async def test_an_impossible_tool_choice_is_refused_before_sending(
+    server: SseServer, waits: Waits, choice: Any, problem: str
+) -> None:
+    tools = TOOLS if isinstance(choice, ToolChoice) else ()
+    request = Request("s", LlmCallConfig("m", tool_choice=choice), None, tools, ())
+    with pytest.raises(ProviderError) as caught:
+        await collect(openai(server, waits), request)
+    assert caught.value.code == "INVALID_REQUEST" and problem in str(caught.value)
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "wait"),
+    [
+        ([("retry-after-ms", "250")], 0.25),
+        ([("llm_provider-retry-after", "4")], 4.0),
+        ([("llm_provider-retry-after-ms", "1500")], 1.5),
+        ([("retry-after", "2"), ("llm_provider-retry-after", "9")], 2.0),
+        ([("retry-after", "soon"), ("llm_provider-retry-after", "5")], 5.0),
+    ],
+)
+async def test_gateway_retry_hints_are_honoured(
+    server: SseServer, waits: Waits, headers: list[tuple[str, str]], wait: float
+) -> None:
+    server.push(json_reply(429, {"error": {"message": "slow down"}}, headers), HELLO)
+    chunks = await collect(openai(server, waits), make_request(Message.user("hi")))
+    assert chunks == HELLO_CHUNKS
+    assert waits.calls == [wait]
+
+
+def test_deepseek_passes_back_only_reasoning_with_text() -> None:
+    history = (
+        Message.user("q"),
+        Message("assistant", (Reasoning("", redacted="opaque"), Reasoning("kept"), Text("a"))),
+    )
+    body = DeepSeekProvider(api_key=KEY).build_body(make_request(*history))
+    assert body["messages"][4] == {"role": "assistant", "content": "a", "reasoning_content": "kept"}
+    only_opaque = (
+        Message.user("q"),
+        Message("assistant", (Reasoning("", redacted="x"), Text("a"))),
+    )
+    body = DeepSeekProvider(api_key=KEY).build_body(make_request(*only_opaque))
+    assert "reasoning_content" not in body["messages"][4]

@@ -173,7 +173,13 @@ async def test_cancelling_the_parent_cancels_the_hanging_child(tmp_path: Path) -
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
-            await wait_until(lambda: router.models["P.c"].calls == 1)
+            # The three run as one pool: a and b answer, c hangs.
+            await wait_until(
+                lambda: (
+                    router.models["P.c"].calls == 1
+                    and len(tool_results(parent.session.events)) == 2
+                )
+            )
             hanging = rt.get("P.c")
             assert hanging is not None and hanging.status == "running"
             parent.cancel("user pressed stop")

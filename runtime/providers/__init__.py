@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from actorloop.runtime.providers.base import ModelInfo, Provider
     from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
     from actorloop.runtime.providers.registry import provider_from_spec
+    from actorloop.runtime.providers.responses import OpenAIResponsesProvider
     from actorloop.runtime.providers.retry import RetryPolicy
     from actorloop.runtime.providers.sim import SimProvider
 
@@ -25,6 +26,7 @@ __getattr__, __dir__ = lazy_exports(
         "DeepSeekProvider": "actorloop.runtime.providers.openai",
         "ModelInfo": "actorloop.runtime.providers.base",
         "OpenAIChatProvider": "actorloop.runtime.providers.openai",
+        "OpenAIResponsesProvider": "actorloop.runtime.providers.responses",
         "Provider": "actorloop.runtime.providers.base",
         "ProviderSpecError": "actorloop.runtime.errors",
         "RetryPolicy": "actorloop.runtime.providers.retry",
@@ -38,6 +40,7 @@ __all__ = [
     "DeepSeekProvider",
     "ModelInfo",
     "OpenAIChatProvider",
+    "OpenAIResponsesProvider",
     "Provider",
     "ProviderSpecError",
     "RetryPolicy",

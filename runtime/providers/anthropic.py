@@ -1,9 +1,11 @@
 """Anthropic Messages adapter: request body with cache breakpoints, and stream mapping.
 
 Breakpoints (`cache_control: ephemeral`, at most 4): the last tool, the system block, the
-last block of the session prefix, and the last block of the history. Usage buckets:
-`input_tokens` → input, `cache_read_input_tokens` → cache_read,
-`cache_creation_input_tokens` → cache_write.
+last block of the session prefix, and the last block of the history (`cache_breakpoints`
+picks a subset, `cache_ttl` sets their lifetime). Usage buckets: `input_tokens` → input,
+`cache_read_input_tokens` → cache_read, `cache_creation_input_tokens` → cache_write.
+Thinking blocks come back with their signatures and `redacted_thinking` blocks with their
+data, and both are replayed unchanged, as the API requires.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import httpx
 import orjson
 import trio
 
+from actorloop.codecs.converter import ordered_fragment
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.chunks import (
     BlockEnd,
@@ -30,14 +33,24 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ErrorCode, ProviderError
+from actorloop.runtime.errors import CallConfigError, ErrorCode, ProviderError
+from actorloop.runtime.header import (
+    CACHE_BREAKPOINTS,
+    MIN_THINKING_BUDGET,
+    CacheBreakpoint,
+    LlmCallConfig,
+)
 from actorloop.runtime.messages import Block, Message, Reasoning, Text, ToolCall
 from actorloop.runtime.providers.http import (
     DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
     error_fields,
+    forced_tool,
+    invalid_request,
+    merge_extra_body,
     tool_parameters,
+    with_extra_headers,
 )
 from actorloop.runtime.providers.retry import (
     RetryPolicy,
@@ -48,6 +61,8 @@ from actorloop.runtime.request import Request
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
+"""The default `anthropic-version` header (the API's current version; `api_version=` or an
+`anthropic-version` entry in `extra_headers` overrides it)."""
 # The Messages API requires max_tokens; used when the call config leaves it unset.
 DEFAULT_MAX_TOKENS = 8192
 MAX_BREAKPOINTS = 4
@@ -77,6 +92,8 @@ def _wire_block(block: Block) -> dict[str, Any] | None:
         # The API rejects empty text blocks.
         return {"type": "text", "text": block.text} if block.text else None
     if isinstance(block, Reasoning):
+        if block.redacted is not None:
+            return {"type": "redacted_thinking", "data": block.redacted}
         # Unsigned reasoning (from another provider) cannot be replayed as a thinking block.
         if block.signature is None:
             return None
@@ -112,11 +129,81 @@ def _wire_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return [wire for wire in map(_wire_message, messages) if wire is not None]
 
 
-def _mark_last(blocks: list[dict[str, Any]]) -> None:
-    for block in reversed(blocks):
-        if block.get("type") not in _UNCACHEABLE:
-            block["cache_control"] = {"type": "ephemeral"}
+class _Breakpoints:
+    """Places the `cache_control` markers the config asks for, with its TTL."""
+
+    def __init__(self, config: LlmCallConfig) -> None:
+        self.places: tuple[CacheBreakpoint, ...] = (
+            config.cache_breakpoints if config.cache_breakpoints is not None else CACHE_BREAKPOINTS
+        )
+        self.marker: dict[str, str] = {"type": "ephemeral"}
+        if config.cache_ttl is not None:
+            self.marker["ttl"] = config.cache_ttl
+
+    def mark(self, place: CacheBreakpoint, blocks: list[dict[str, Any]]) -> None:
+        if place not in self.places:
             return
+        for block in reversed(blocks):
+            if block.get("type") not in _UNCACHEABLE:
+                block["cache_control"] = dict(self.marker)
+                return
+
+
+def _thinking(provider: str, config: LlmCallConfig, budget: int | None, max_tokens: int) -> Any:
+    """The `thinking` field, after the checks the API would fail the request on (D5)."""
+    if budget is None:
+        return None
+    if budget >= max_tokens:
+        raise invalid_request(
+            provider, f"thinking_budget {budget} must be below max_tokens {max_tokens}"
+        )
+    if config.temperature is not None and config.temperature != 1.0:
+        raise invalid_request(
+            provider, f"temperature {config.temperature} cannot be combined with thinking"
+        )
+    choice = config.tool_choice
+    if choice is not None and choice.mode in ("required", "tool"):
+        raise invalid_request(
+            provider, f"tool_choice {choice.mode!r} cannot be combined with thinking"
+        )
+    return {"type": "enabled", "budget_tokens": budget}
+
+
+def _tool_choice(config: LlmCallConfig) -> dict[str, Any] | None:
+    choice = config.tool_choice
+    wire: dict[str, Any] | None = None
+    if choice is not None:
+        wire = {"type": {"required": "any"}.get(choice.mode, choice.mode)}
+        if choice.mode == "tool":
+            wire["name"] = choice.name
+    if config.parallel_tool_calls is False and (wire is None or wire["type"] != "none"):
+        wire = wire or {"type": "auto"}
+        wire["disable_parallel_tool_use"] = True
+    return wire
+
+
+def _metadata(provider: str, config: LlmCallConfig) -> dict[str, str] | None:
+    metadata = dict(config.metadata)
+    unknown = sorted(metadata.keys() - {"user_id"})
+    if unknown:
+        raise invalid_request(
+            provider, f"the Messages API takes only user_id in metadata, not {unknown}"
+        )
+    if config.user is not None:
+        metadata["user_id"] = config.user
+    return metadata or None
+
+
+def _output_config(provider: str, config: LlmCallConfig) -> dict[str, Any] | None:
+    output: dict[str, Any] = {}
+    fmt = config.response_format
+    if fmt is not None:
+        if fmt.type != "json_schema":
+            raise invalid_request(provider, "the Messages API has no json_object output mode")
+        output["format"] = {"type": "json_schema", "schema": ordered_fragment(fmt.schema)}
+    if config.reasoning_effort is not None:
+        output["effort"] = config.reasoning_effort
+    return output or None
 
 
 def anthropic_body(
@@ -124,43 +211,59 @@ def anthropic_body(
     *,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     thinking_budget: int | None = None,
+    provider: str = "anthropic",
 ) -> dict[str, Any]:
-    """The Messages body with its cache breakpoints (see the module docstring)."""
+    """The Messages body with its cache breakpoints (see the module docstring) and the
+    request options of the config; `thinking_budget` applies when the config sets none."""
     config = request.config
+    forced_tool(provider, config, request.tools)
     prefix = _wire_messages(request.prefix)
     history = _wire_messages(request.history)
+    max_tokens = config.max_tokens if config.max_tokens is not None else default_max_tokens
+    budget = config.thinking_budget if config.thinking_budget is not None else thinking_budget
+    thinking = _thinking(provider, config, budget, max_tokens)
+    breakpoints = _Breakpoints(config)
     body: dict[str, Any] = {
         "model": config.model,
-        "max_tokens": config.max_tokens if config.max_tokens is not None else default_max_tokens,
+        "max_tokens": max_tokens,
         "messages": prefix + history,
         "stream": True,
     }
     if request.tools:
-        tools = [
-            {
-                "name": tool.name,
-                "input_schema": tool_parameters(tool),
-                **({"description": tool.description} if tool.description else {}),
-            }
-            for tool in request.tools
-        ]
-        _mark_last(tools)
+        tools: list[dict[str, Any]] = []
+        for tool in request.tools:
+            wire: dict[str, Any] = {"name": tool.name, "input_schema": tool_parameters(tool)}
+            if tool.description:
+                wire["description"] = tool.description
+            if config.strict_tools is not None:
+                wire["strict"] = config.strict_tools
+            tools.append(wire)
+        breakpoints.mark("tools", tools)
         body["tools"] = tools
+        choice = _tool_choice(config)
+        if choice is not None:
+            body["tool_choice"] = choice
     if request.system:
         system = [{"type": "text", "text": request.system}]
-        _mark_last(system)
+        breakpoints.mark("system", system)
         body["system"] = system
     if prefix:
-        _mark_last(prefix[-1]["content"])
+        breakpoints.mark("prefix", prefix[-1]["content"])
     if history:
-        _mark_last(history[-1]["content"])
+        breakpoints.mark("history", history[-1]["content"])
     if config.temperature is not None:
         body["temperature"] = config.temperature
     if config.stop:
         body["stop_sequences"] = list(config.stop)
-    if thinking_budget is not None:
-        body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
-    return body
+    if thinking is not None:
+        body["thinking"] = thinking
+    output = _output_config(provider, config)
+    if output is not None:
+        body["output_config"] = output
+    metadata = _metadata(provider, config)
+    if metadata is not None:
+        body["metadata"] = metadata
+    return merge_extra_body(body, config)
 
 
 def is_context_overflow(message: str) -> bool:
@@ -236,7 +339,17 @@ class _MessagesStreamMapper:
                 self._with_args.add(index)
                 out.append(ToolCallDelta(index, canonical_json(block["input"]).decode()))
             return out
-        # redacted_thinking and server-side tool blocks have no representation here.
+        if wire_type == "redacted_thinking":
+            data = block.get("data")
+            if not isinstance(data, str) or not data:
+                raise ProviderError(
+                    f"{self._provider}: redacted_thinking block {index} has no data",
+                    ErrorCode.PROTOCOL_ERROR,
+                )
+            # Opaque: no deltas follow; the data is replayed unchanged in the next request.
+            self._kinds[index] = "reasoning"
+            return [BlockStart(index, "reasoning"), ReasoningDelta(index, "", redacted=data)]
+        # Server-side tool blocks have no representation here.
         return []
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> list[StreamChunk]:
@@ -286,8 +399,9 @@ class _MessagesStreamMapper:
 class AnthropicProvider(HttpSseProvider):
     """Streams `POST {base_url}/v1/messages`; `base_url` has no `/v1`, as in the anthropic SDK.
 
-    `thinking_budget` enables extended thinking; signed thinking blocks in the history are
-    sent back verbatim (with their signatures).
+    `thinking_budget` (the config's wins; this one is the provider-wide default) enables
+    extended thinking; thinking blocks in the history are sent back verbatim with their
+    signatures, redacted ones with their data. `api_version` is the `anthropic-version`.
     """
 
     default_base_url: ClassVar[str] = ANTHROPIC_BASE_URL
@@ -307,6 +421,7 @@ class AnthropicProvider(HttpSseProvider):
         context_windows: Mapping[str, int] | None = None,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         thinking_budget: int | None = None,
+        api_version: str = ANTHROPIC_VERSION,
     ) -> None:
         super().__init__(
             base_url,
@@ -318,8 +433,13 @@ class AnthropicProvider(HttpSseProvider):
             retry=retry,
             context_windows=context_windows,
         )
+        if thinking_budget is not None and thinking_budget < MIN_THINKING_BUDGET:
+            raise CallConfigError(
+                f"thinking_budget {thinking_budget} is below the minimum of 1024 tokens"
+            )
         self.default_max_tokens = default_max_tokens
         self.thinking_budget = thinking_budget
+        self.api_version = api_version
 
     @property
     def url(self) -> str:
@@ -330,6 +450,7 @@ class AnthropicProvider(HttpSseProvider):
             request,
             default_max_tokens=self.default_max_tokens,
             thinking_budget=self.thinking_budget,
+            provider=self.name,
         )
 
     def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
@@ -346,12 +467,15 @@ class AnthropicProvider(HttpSseProvider):
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
         body = self.body_bytes(request)
-        headers = {
-            "x-api-key": self._api_key().reveal(),
-            "anthropic-version": ANTHROPIC_VERSION,
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-        }
+        headers = with_extra_headers(
+            {
+                "x-api-key": self._api_key().reveal(),
+                "anthropic-version": self.api_version,
+                "content-type": "application/json",
+                "accept": "text/event-stream",
+            },
+            request.config,
+        )
         mapper = _MessagesStreamMapper(self.name)
         async with aclosing(self._post_events(self.url, headers, body)) as events:
             async for event in events:

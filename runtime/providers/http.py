@@ -15,9 +15,10 @@ import orjson
 import trio
 from attrs import frozen
 
+from actorloop.codecs.converter import ordered_fragment
 from actorloop.codecs.jsonvalue import canonical_json
 from actorloop.runtime.errors import ErrorCode, ProviderError, TransientProviderError
-from actorloop.runtime.header import ToolSchema
+from actorloop.runtime.header import LlmCallConfig, ToolSchema
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.providers.retry import (
     RetryPolicy,
@@ -72,9 +73,56 @@ class OpenedStream:
     first: bytes
 
 
-def tool_parameters(tool: ToolSchema) -> Mapping[str, Any]:
-    """The JSON schema of a tool; both wire formats want an object schema, never `{}`."""
-    return tool.parameters or {"type": "object", "properties": {}}
+def tool_parameters(tool: ToolSchema) -> orjson.Fragment:
+    """The JSON schema of a tool in the order it was written (decision 0007); every wire
+    format wants an object schema, never `{}`."""
+    return ordered_fragment(tool.parameters or {"type": "object", "properties": {}})
+
+
+def verbatim(value: object) -> object:
+    """A user-written JSON value for the wire: objects and arrays keep the order written."""
+    return ordered_fragment(value) if isinstance(value, (dict, tuple, list)) else value
+
+
+def merge_extra_body(body: dict[str, Any], config: LlmCallConfig) -> dict[str, Any]:
+    """`extra_body` fields join the body last, so (as in the official SDKs) they win over a
+    field the adapter set; they are recorded in the header like every other option."""
+    for key, value in config.extra_body.items():
+        body[key] = verbatim(value)
+    return body
+
+
+def with_extra_headers(headers: dict[str, str], config: LlmCallConfig) -> dict[str, str]:
+    """The adapter's headers with `extra_headers` on top (names compared case-blind)."""
+    merged = {name.lower(): value for name, value in headers.items()}
+    for name, value in config.extra_headers.items():
+        merged[name.lower()] = value
+    return merged
+
+
+def is_openai_endpoint(base_url: str) -> bool:
+    """Whether `base_url` is OpenAI's own API (not a compatible server or gateway)."""
+    return httpx.URL(base_url).host == "api.openai.com"
+
+
+def invalid_request(provider: str, problem: str) -> ProviderError:
+    """A request this adapter refuses to send (raised before any byte goes out)."""
+    return ProviderError(f"{provider}: {problem}", ErrorCode.INVALID_REQUEST)
+
+
+def forced_tool(provider: str, config: LlmCallConfig, tools: tuple[ToolSchema, ...]) -> None:
+    """A `tool_choice` forcing a tool must name one the request offers."""
+    choice = config.tool_choice
+    if choice is not None and choice.mode == "tool":
+        if choice.name not in {tool.name for tool in tools}:
+            offered = ", ".join(tool.name for tool in tools) or "none"
+            raise invalid_request(
+                provider,
+                f"tool_choice forces tool {choice.name!r}, which the request does "
+                f"not offer (tools: {offered})",
+            )
+    elif choice is not None and choice.mode == "required" and not tools:
+        raise invalid_request(provider, "tool_choice 'required' but the request has no tools")
 
 
 def error_fields(payload: object, fallback: str = "") -> tuple[str, str | None, str | None]:
@@ -146,6 +194,7 @@ class HttpSseProvider(ABC):
         self._context_windows = dict(context_windows or {})
         self._http: httpx.AsyncClient | None = None
         self._http_run: trio.lowlevel.TrioToken | None = None
+        self._opening: tuple[trio.lowlevel.TrioToken, trio.Lock] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"
@@ -169,13 +218,27 @@ class HttpSseProvider(ABC):
     def redact(self, text: str) -> str:
         return self._key.redact(text) if self._key is not None else text
 
-    def _client(self) -> httpx.AsyncClient:
+    async def open(self) -> None:
+        """Create this run's HTTP client, off the event loop: building one loads an SSL
+        context and its certificates, which blocks for 100 ms or more. `Runtime.open` calls
+        this for every provider; a first request does it otherwise. Idempotent."""
+        await self._client()
+
+    async def _client(self) -> httpx.AsyncClient:
         # A pooled connection belongs to one trio run; a provider reused by a later run
         # (tests, scripts) gets a fresh client instead of a dead pool.
         token = trio.lowlevel.current_trio_token()
-        if self._http is None or self._http_run is not token:
-            self._http = httpx.AsyncClient(timeout=self._timeout)
-            self._http_run = token
+        if self._http is not None and self._http_run is token:
+            return self._http
+        if self._opening is None or self._opening[0] is not token:
+            self._opening = (token, trio.Lock())
+        async with self._opening[1]:
+            if self._http is None or self._http_run is not token:
+                timeout = self._timeout
+                self._http = await trio.to_thread.run_sync(
+                    lambda: httpx.AsyncClient(timeout=timeout)
+                )
+                self._http_run = token
         return self._http
 
     async def aclose(self) -> None:
@@ -201,7 +264,7 @@ class HttpSseProvider(ABC):
         raise ProviderError(self.redact(message), code) from exc
 
     async def _open(self, url: str, headers: dict[str, str], body: bytes) -> OpenedStream:
-        client = self._client()
+        client = await self._client()
         request = client.build_request("POST", url, headers=headers, content=body)
         try:
             response = await client.send(request, stream=True)

@@ -1,8 +1,11 @@
 """OpenAI Chat Completions adapter (and DeepSeek, which speaks the same wire format).
 
 Maps a frozen `Request` to a canonical JSON body and the SSE stream back to chunks. Usage
-buckets are disjoint: `input = prompt_tokens − cached_tokens` (DeepSeek: the cache-miss
-count). `output` is the billed completion count; `reasoning` is the part of it spent thinking.
+buckets are disjoint: `input = prompt_tokens − cached − cache writes` (DeepSeek: the
+cache-miss count); cache writes are read from `prompt_tokens_details.cache_write_tokens`, or
+from `cache_creation_input_tokens` as gateways report Anthropic models. `output` is the
+billed completion count; `reasoning` is the part of it spent thinking. A refusal
+(`delta.refusal`) ends the answer with a `REFUSED` error, its text kept in the chunks.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, ClassVar
 import httpx
 import trio
 
+from actorloop.codecs.converter import ordered_fragment
 from actorloop.runtime.chunks import (
     BlockEnd,
     BlockKind,
@@ -29,14 +33,21 @@ from actorloop.runtime.chunks import (
     UsageReport,
 )
 from actorloop.runtime.errors import ErrorCode, ProviderError
+from actorloop.runtime.header import LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
 from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.http import (
+    DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
     error_fields,
+    forced_tool,
+    is_openai_endpoint,
+    merge_extra_body,
     tool_parameters,
+    with_extra_headers,
 )
 from actorloop.runtime.providers.retry import (
+    RetryPolicy,
     parse_retry_after,
     status_error,
 )
@@ -82,7 +93,10 @@ def _wire_messages(message: Message, reasoning_passback: bool) -> list[dict[str,
                 }
                 for call in calls
             ]
-        thoughts = [block.text for block in message.content if isinstance(block, Reasoning)]
+        # Opaque reasoning of other providers (redacted, encrypted) has no text to pass back.
+        thoughts = [
+            block.text for block in message.content if isinstance(block, Reasoning) and block.text
+        ]
         if reasoning_passback and thoughts:
             wire["reasoning_content"] = "".join(thoughts)
         return [wire]
@@ -103,20 +117,62 @@ def _wire_messages(message: Message, reasoning_passback: bool) -> list[dict[str,
     return wires
 
 
+def _function(tool: ToolSchema, strict: bool | None) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "parameters": tool_parameters(tool)}
+    if tool.description:
+        function["description"] = tool.description
+    if strict is not None:
+        function["strict"] = strict
+    return function
+
+
+def chat_tool_choice(choice: ToolChoice) -> object:
+    """`tool_choice` in the Chat Completions shape."""
+    if choice.mode == "tool":
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.mode
+
+
+def chat_response_format(fmt: ResponseFormat) -> dict[str, Any]:
+    """`response_format` in the Chat Completions shape (the schema keeps its key order)."""
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    schema: dict[str, Any] = {"name": fmt.name, "schema": ordered_fragment(fmt.schema)}
+    if fmt.strict is not None:
+        schema["strict"] = fmt.strict
+    if fmt.description is not None:
+        schema["description"] = fmt.description
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _tool_options(body: dict[str, Any], config: LlmCallConfig, has_tools: bool) -> None:
+    # OpenAI rejects tool_choice / parallel_tool_calls on a request without tools; with no
+    # tool to choose from, neither option constrains anything.
+    if not has_tools:
+        return
+    if config.tool_choice is not None:
+        body["tool_choice"] = chat_tool_choice(config.tool_choice)
+    if config.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = config.parallel_tool_calls
+
+
 def openai_body(
     request: Request,
     *,
     max_tokens_field: str = "max_completion_tokens",
     reasoning_passback: bool = False,
     send_prompt_cache_key: bool = True,
+    provider: str = "openai",
 ) -> dict[str, Any]:
-    """The Chat Completions body: system message, prefix, history, tools in request order."""
+    """The Chat Completions body: system message, prefix, history, tools in request order,
+    then the request options of the config (docs/providers.md)."""
+    config = request.config
+    forced_tool(provider, config, request.tools)
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
     for message in request.messages:
         messages.extend(_wire_messages(message, reasoning_passback))
-    config = request.config
     body: dict[str, Any] = {
         "model": config.model,
         "messages": messages,
@@ -125,40 +181,75 @@ def openai_body(
     }
     if request.tools:
         body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "parameters": tool_parameters(tool),
-                    **({"description": tool.description} if tool.description else {}),
-                },
-            }
+            {"type": "function", "function": _function(tool, config.strict_tools)}
             for tool in request.tools
         ]
+    _tool_options(body, config, bool(request.tools))
     if config.temperature is not None:
         body["temperature"] = config.temperature
     if config.max_tokens is not None:
         body[max_tokens_field] = config.max_tokens
     if config.stop:
         body["stop"] = list(config.stop)
+    if config.response_format is not None:
+        body["response_format"] = chat_response_format(config.response_format)
+    if config.reasoning_effort is not None:
+        body["reasoning_effort"] = config.reasoning_effort
+    if config.user is not None:
+        body["user"] = config.user
+    if config.metadata:
+        body["metadata"] = dict(config.metadata)
     if send_prompt_cache_key:
         body["prompt_cache_key"] = prompt_cache_key(request.session_id)
-    return body
+    return merge_extra_body(body, config)
+
+
+def count(fields: Mapping[str, Any], *names: str) -> int | None:
+    """The first of `names` that `fields` holds as a non-negative int (bools are no counts)."""
+    for name in names:
+        value = fields.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def _details(usage: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    details = usage.get(name)
+    return details if isinstance(details, dict) else {}
 
 
 def usage_from_openai(usage: Mapping[str, Any]) -> TokenUsage:
-    """Disjoint buckets from an OpenAI or DeepSeek `usage` object."""
-    output = int(usage.get("completion_tokens") or 0)
-    reasoning = int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
-    prompt = int(usage.get("prompt_tokens") or 0)
+    """Disjoint buckets from an OpenAI, DeepSeek or gateway `usage` object.
+
+    `prompt_tokens` includes cached reads and cache writes; writes are
+    `prompt_tokens_details.cache_write_tokens` (OpenAI) or, as LiteLLM reports Anthropic
+    models, `cache_creation_input_tokens` (also `prompt_tokens_details.cache_creation_tokens`).
+    """
+    output = count(usage, "completion_tokens") or 0
+    reasoning = count(_details(usage, "completion_tokens_details"), "reasoning_tokens") or 0
+    prompt = count(usage, "prompt_tokens") or 0
+    details = _details(usage, "prompt_tokens_details")
+    write = (
+        count(details, "cache_write_tokens", "cache_creation_tokens")
+        or count(usage, "cache_creation_input_tokens")
+        or 0
+    )
     if "prompt_cache_hit_tokens" in usage or "prompt_cache_miss_tokens" in usage:
-        hit = int(usage.get("prompt_cache_hit_tokens") or 0)
-        miss = usage.get("prompt_cache_miss_tokens")
-        uncached = int(miss) if miss is not None else max(0, prompt - hit)
-        return TokenUsage(input=uncached, output=output, cache_read=hit, reasoning=reasoning)
-    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        hit = count(usage, "prompt_cache_hit_tokens") or 0
+        miss = count(usage, "prompt_cache_miss_tokens")
+        uncached = miss if miss is not None else max(0, prompt - hit - write)
+        return TokenUsage(
+            input=uncached, output=output, cache_read=hit, cache_write=write, reasoning=reasoning
+        )
+    cached = count(details, "cached_tokens")
+    if cached is None:
+        cached = count(usage, "cache_read_input_tokens") or 0
     return TokenUsage(
-        input=max(0, prompt - cached), output=output, cache_read=cached, reasoning=reasoning
+        input=max(0, prompt - cached - write),
+        output=output,
+        cache_read=cached,
+        cache_write=write,
+        reasoning=reasoning,
     )
 
 
@@ -172,7 +263,9 @@ class _ChatStreamMapper:
     def __init__(self, provider: str) -> None:
         self._provider = provider
         self._next_index = 0
-        self._open: tuple[BlockKind, int] | None = None
+        # (what the block holds, its index): refusal text is a text block of its own.
+        self._open: tuple[str, int] | None = None
+        self._refusal: list[str] = []
         self._tools: dict[int, int] = {}
         self._tool_ids: dict[int, str] = {}
         self._latest_tool: int | None = None
@@ -195,6 +288,10 @@ class _ChatStreamMapper:
             content = delta.get("content")
             if isinstance(content, str) and content:
                 out += self._delta("text", content)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._refusal.append(refusal)
+                out += self._delta("refusal", refusal)
             for call in delta.get("tool_calls") or ():
                 out += self._tool_delta(call)
             reason = choice.get("finish_reason")
@@ -215,11 +312,12 @@ class _ChatStreamMapper:
         self._open = None
         return [BlockEnd(index)]
 
-    def _delta(self, kind: BlockKind, text: str) -> list[StreamChunk]:
+    def _delta(self, holds: str, text: str) -> list[StreamChunk]:
         out: list[StreamChunk] = []
-        if self._open is None or self._open[0] != kind:
+        kind: BlockKind = "reasoning" if holds == "reasoning" else "text"
+        if self._open is None or self._open[0] != holds:
             out += self._close_open()
-            self._open = (kind, self._allocate())
+            self._open = (holds, self._allocate())
             out.append(BlockStart(self._open[1], kind))
         index = self._open[1]
         out.append(TextDelta(index, text) if kind == "text" else ReasoningDelta(index, text))
@@ -275,7 +373,9 @@ class _ChatStreamMapper:
         if self.usage is not None:
             out.append(UsageReport(self.usage))
         reason = self.finish_reason
-        if reason == "length":
+        if self._refusal:
+            out.append(refused(self._provider, "".join(self._refusal)))
+        elif reason == "length":
             out.append(Finish("max-tokens"))
         elif reason == "content_filter":
             message = f"{self._provider}: the provider's content filter stopped the answer"
@@ -290,6 +390,12 @@ class _ChatStreamMapper:
         else:
             out.append(Finish("stop"))
         return out
+
+
+def refused(provider: str, text: str) -> Finish:
+    """The finish of an answer the model refused to give; the refusal is the message."""
+    message = f"{provider}: the model refused: {text[:500]}"
+    return Finish("error", ErrorInfo(message, ErrorCode.REFUSED))
 
 
 COMPLETE_FINISH_REASONS = frozenset({None, "stop", "tool_calls", "function_call"})
@@ -307,8 +413,9 @@ def _stream_error_code(message: str, kind: str | None, code: str | None) -> str:
 class OpenAIChatProvider(HttpSseProvider):
     """Streams `POST {base_url}/chat/completions`; `base_url` ends in `/v1` as in the openai SDK.
 
-    Sends `prompt_cache_key` (a hash of the session id) so one session's requests are routed
-    to the same prompt cache.
+    `prompt_cache_key` (a hash of the session id, so one session's requests share a prompt
+    cache) is sent when `prompt_cache_key=True`; the default (None) sends it only to OpenAI's
+    own endpoint, since compatible servers and gateways may reject the field.
     """
 
     default_base_url: ClassVar[str] = OPENAI_BASE_URL
@@ -317,6 +424,36 @@ class OpenAIChatProvider(HttpSseProvider):
     max_tokens_field: ClassVar[str] = "max_completion_tokens"
     reasoning_passback: ClassVar[bool] = False
     sends_prompt_cache_key: ClassVar[bool] = True
+    """Whether the automatic `prompt_cache_key` choice may send it at all."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        name: str | None = None,
+        key_env: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        context_windows: Mapping[str, int] | None = None,
+        prompt_cache_key: bool | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            api_key,
+            name=name,
+            key_env=key_env,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry=retry,
+            context_windows=context_windows,
+        )
+        self.send_prompt_cache_key = (
+            prompt_cache_key
+            if prompt_cache_key is not None
+            else self.sends_prompt_cache_key and is_openai_endpoint(self.base_url)
+        )
 
     @property
     def url(self) -> str:
@@ -327,7 +464,8 @@ class OpenAIChatProvider(HttpSseProvider):
             request,
             max_tokens_field=self.max_tokens_field,
             reasoning_passback=self.reasoning_passback,
-            send_prompt_cache_key=self.sends_prompt_cache_key,
+            send_prompt_cache_key=self.send_prompt_cache_key,
+            provider=self.name,
         )
 
     def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
@@ -344,11 +482,14 @@ class OpenAIChatProvider(HttpSseProvider):
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
         body = self.body_bytes(request)
-        headers = {
-            "authorization": f"Bearer {self._api_key().reveal()}",
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-        }
+        headers = with_extra_headers(
+            {
+                "authorization": f"Bearer {self._api_key().reveal()}",
+                "content-type": "application/json",
+                "accept": "text/event-stream",
+            },
+            request.config,
+        )
         mapper = _ChatStreamMapper(self.name)
         async with aclosing(self._post_events(self.url, headers, body)) as events:
             async for event in events:
@@ -381,7 +522,8 @@ class OpenAIChatProvider(HttpSseProvider):
 class DeepSeekProvider(OpenAIChatProvider):
     """DeepSeek's OpenAI-compatible API: `max_tokens`, `reasoning_content` sent back (its
     thinking mode requires it across tool calls), cache hit/miss usage fields, and no
-    `prompt_cache_key` (DeepSeek caches prefixes automatically)."""
+    `prompt_cache_key` unless asked for (DeepSeek caches prefixes automatically). Its
+    thinking switch is an `extra_body` field: `{"thinking": {"type": "enabled"}}`."""
 
     default_base_url: ClassVar[str] = DEEPSEEK_BASE_URL
     default_name: ClassVar[str] = "deepseek"

@@ -1,4 +1,5 @@
-"""Provider specs (`sim`, `sim:openai`, `openai:MODEL`, ...) → a configured provider and model."""
+"""Provider specs (`sim`, `sim:openai`, `openai:MODEL`, `openai-responses:MODEL`, ...) → a
+configured provider and model."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from actorloop.runtime.errors import ProviderSpecError
 from actorloop.runtime.providers.anthropic import AnthropicProvider
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
+from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.sim import SimProvider
 
-SPEC_FORMS = "sim, sim:anthropic, sim:openai, openai:MODEL, anthropic:MODEL or deepseek:MODEL"
+SPEC_FORMS = (
+    "sim, sim:anthropic, sim:openai, openai:MODEL, openai-responses:MODEL, anthropic:MODEL "
+    "or deepseek:MODEL"
+)
 
 _HTTP: dict[str, Callable[..., Provider]] = {
     "openai": OpenAIChatProvider,
+    "openai-responses": OpenAIResponsesProvider,
     "anthropic": AnthropicProvider,
     "deepseek": DeepSeekProvider,
 }

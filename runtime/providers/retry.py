@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email.utils
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -47,26 +48,40 @@ def status_error(
     return ProviderError(message, code)
 
 
+RETRY_AFTER_PREFIXES = ("", "llm_provider-")
+"""Where the hint is looked for: the server's own headers first, then a gateway's copy of the
+upstream provider's (LiteLLM forwards them as `llm_provider-retry-after` and so on)."""
+
+
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds to wait from `retry-after-ms`, `retry-after` (seconds or an HTTP date), or None."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
+    """Seconds to wait from `retry-after-ms`, `retry-after` (seconds or an HTTP date) or their
+    `llm_provider-` copies, or None. A value that does not parse is no hint."""
+    for prefix in RETRY_AFTER_PREFIXES:
+        millis = _number(headers.get(prefix + "retry-after-ms"))
+        if millis is not None:
+            return millis / 1000.0
+        value = headers.get(prefix + "retry-after")
+        if value is None:
+            continue
+        seconds = _number(value)
+        if seconds is not None:
+            return seconds
         try:
-            return max(0.0, float(millis) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            continue
+        return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return None
+
+
+def _number(value: str | None) -> float | None:
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        number = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
         return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return max(0.0, number) if math.isfinite(number) else None
 
 
 async def _default_sleep(seconds: float) -> None:
