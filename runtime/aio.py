@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from actorloop.runtime.providers.base import Provider
     from actorloop.runtime.session import Session
     from actorloop.runtime.stores.base import Store
+    from actorloop.runtime.telemetry import TelemetrySetting
     from actorloop.runtime.usage import UsageTotals
 
 T = TypeVar("T")
@@ -274,10 +275,12 @@ def _adapt_listener(name: str, listener: Any, handle_of: Callable[[TrioAgent], A
 
     if kind == "serial":
 
-        async def serial(agent: TrioAgent, value: Any) -> None:
+        async def serial(agent: TrioAgent, value: Any) -> Any:
+            # The answer matters to some serial hooks (`agent/turn-stop`): pass it on.
             result = listener(handle_of(agent), value)
             if inspect.isawaitable(result):
-                await _await_on_asyncio(result, cancelled_outside)
+                return await _await_on_asyncio(result, cancelled_outside)
+            return result
 
         return serial
 
@@ -407,6 +410,7 @@ class Runtime:
         dev_invariants: bool = False,
         compactor: Compactor | None = None,
         compaction: bool = True,
+        telemetry: TelemetrySetting = None,
     ) -> AsyncIterator[Runtime]:
         """Open a runtime from asyncio; the arguments are those of the trio
         `Runtime.open`. Leaving the block disposes every agent (running turns end
@@ -423,6 +427,7 @@ class Runtime:
                 dev_invariants=dev_invariants,
                 compactor=compactor,
                 compaction=compaction,
+                telemetry=telemetry,
             )
             assert host.nursery is not None
             host.nursery.start_soon(runtime._serve, opener)
@@ -535,8 +540,9 @@ class Runtime:
         """A new agent on a new session (`Runtime.spawn`)."""
         return self._handle(await self.run_trio(self._trio().spawn, options, session_id))
 
-    async def resume(self, session_id: str, options: AgentOptions) -> Agent:
-        """A new loop instance on a stored session (`Runtime.resume`)."""
+    async def resume(self, session_id: str, options: AgentOptions | None = None) -> Agent:
+        """A new loop instance on a stored session (`Runtime.resume`; without `options`
+        they are restored from its last request header, tools excepted)."""
         return self._handle(await self.run_trio(self._trio().resume, session_id, options))
 
     async def fork(
@@ -613,6 +619,11 @@ class Agent:
     def usage(self) -> UsageTotals:
         """The tokens this session's model and summarizer calls used."""
         return self.trio_agent.usage()
+
+    def reconfigure(self, **changes: Any) -> AgentOptions:
+        """Change this agent's options from the next step (`Agent.reconfigure`); tools
+        written for asyncio need `asyncio_tool` here too."""
+        return self.trio_agent.reconfigure(**changes)
 
     def on(self, name: str, listener: Any) -> Unsubscribe:
         """Subscribe `listener` to hook `name` for this agent, run as asyncio code."""

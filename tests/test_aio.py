@@ -400,6 +400,27 @@ def test_listeners_run_as_asyncio_code_with_the_asyncio_handle() -> None:
     run(main)
 
 
+def test_an_asyncio_serial_listener_answer_reaches_the_loop() -> None:
+    async def main() -> None:
+        provider = ScriptedProvider([tool_call("w", "work", {"n": 0}), reply("never asked")])
+        async with aio.Runtime.open(provider=provider) as rt:
+            agent = await rt.spawn(AgentOptions(model="m", tools=(WORK,)))
+
+            async def stop(agent: aio.Agent, value: Any) -> str:
+                await asyncio.sleep(0)
+                return f"stopped after step {value.step}"
+
+            agent.on("agent/turn-stop", stop)
+            result = await agent.send("work once")
+            assert (result.reason, result.steps) == ("completed", 1)
+            (end,) = turn_ends(agent.session.events)
+            assert end.reason.reason == "stopped after step 1"
+            assert provider.script  # the second answer was never requested
+            assert agent.reconfigure(system="changed").system == "changed"
+
+    run(main)
+
+
 def test_a_cancelled_turn_cancels_an_awaiting_listener_and_a_failing_one_fails_the_turn() -> None:
     async def main() -> None:
         entered = asyncio.Event()
