@@ -97,11 +97,15 @@ def create_app(*, store: str, provider: Provider, model: str) -> FastAPI:
 
     app = FastAPI(title="actorloop agents", lifespan=lifespan)
 
+    def runtime_of(request: Request) -> aio.Runtime:
+        runtime: aio.Runtime = request.app.state.runtime
+        return runtime
+
     def agent_of(request: Request, agent_id: str) -> aio.Agent:
-        agent = request.app.state.runtime.get(agent_id)
+        agent = runtime_of(request).get(agent_id)
         if agent is None:
             raise HTTPException(404, f"no live agent {agent_id!r}")
-        return agent  # type: ignore[no-any-return]
+        return agent
 
     @app.exception_handler(ClientGone)
     async def client_gone(request: Request, exc: ClientGone) -> Response:
@@ -109,7 +113,7 @@ def create_app(*, store: str, provider: Provider, model: str) -> FastAPI:
 
     @app.post("/agents")
     async def spawn(request: Request, body: NewAgent) -> dict[str, str]:
-        agent = await request.app.state.runtime.spawn(AgentOptions(model=model, system=body.system))
+        agent = await runtime_of(request).spawn(AgentOptions(model=model, system=body.system))
         return {"id": agent.id}
 
     @app.post("/agents/{agent_id}/messages")

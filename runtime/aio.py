@@ -237,6 +237,8 @@ async def _await_on_asyncio(
         with trio.CancelScope(shield=True):
             while not task.done():
                 await wakeup.wait()
+        if not task.cancelled():
+            task.exception()  # superseded by the trio cancellation; marked as retrieved
         raise
     if task.cancelled():
         raise cancelled_outside()
