@@ -545,6 +545,9 @@ class LoopActor:
         a change of the system prompt, tools or call settings reaches the header as a
         delta (or a fallback snapshot) on the next request."""
         self._refuse_if_closed()
+        unknown = sorted(set(changes) - set(attrs.fields_dict(AgentOptions)))
+        if unknown:
+            raise TypeError(f"reconfigure got unknown options {unknown}")
         fixed = sorted(set(changes) - RECONFIGURABLE)
         if fixed:
             raise ValueError(

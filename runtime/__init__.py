@@ -15,6 +15,7 @@ from actorloop.runtime.errors import (
     ActorStopped,
     AgentClosed,
     AgentError,
+    CallConfigError,
     CompactionFailed,
     ContentError,
     ErrorCode,
@@ -56,7 +57,13 @@ if TYPE_CHECKING:
     from actorloop.runtime.agent import Agent
     from actorloop.runtime.chunks import ErrorInfo, TokenUsage
     from actorloop.runtime.events import Append, Replace, SessionEvent
-    from actorloop.runtime.header import EpochHeader, LlmCallConfig, ToolSchema
+    from actorloop.runtime.header import (
+        EpochHeader,
+        LlmCallConfig,
+        ResponseFormat,
+        ToolChoice,
+        ToolSchema,
+    )
     from actorloop.runtime.messages import Message, Reasoning, Source, Text, ToolCall, ToolResult
     from actorloop.runtime.meta import SessionMeta
     from actorloop.runtime.options import AgentOptions, CompactionConfig, Tool, ToolContext
@@ -77,12 +84,15 @@ if TYPE_CHECKING:
         ContextItem,
         Continuation,
         Deny,
+        InboxEvent,
+        PostStep,
         PreStep,
         PromptSubmit,
         RequestFailure,
         ToolCallInfo,
         ToolOutcome,
         TurnResult,
+        TurnStop,
     )
     from actorloop.runtime.session import Session
     from actorloop.runtime.usage import UsageTotals
@@ -91,7 +101,13 @@ _LAZY = {
     "actorloop.runtime.agent": ("Agent",),
     "actorloop.runtime.chunks": ("ErrorInfo", "TokenUsage"),
     "actorloop.runtime.events": ("Append", "Replace", "SessionEvent"),
-    "actorloop.runtime.header": ("EpochHeader", "LlmCallConfig", "ToolSchema"),
+    "actorloop.runtime.header": (
+        "EpochHeader",
+        "LlmCallConfig",
+        "ResponseFormat",
+        "ToolChoice",
+        "ToolSchema",
+    ),
     "actorloop.runtime.meta": ("SessionMeta",),
     "actorloop.runtime.messages": (
         "Message",
@@ -119,12 +135,15 @@ _LAZY = {
         "ContextItem",
         "Continuation",
         "Deny",
+        "InboxEvent",
+        "PostStep",
         "PreStep",
         "PromptSubmit",
         "RequestFailure",
         "ToolCallInfo",
         "ToolOutcome",
         "TurnResult",
+        "TurnStop",
     ),
     "actorloop.runtime.session": ("Session",),
     "actorloop.runtime.usage": ("UsageTotals",),
@@ -145,6 +164,7 @@ __all__ = [
     "Allow",
     "Append",
     "Block",
+    "CallConfigError",
     "CompactionConfig",
     "CompactionFailed",
     "ContentError",
@@ -157,6 +177,7 @@ __all__ = [
     "ErrorInfo",
     "HeaderFoldError",
     "HookError",
+    "InboxEvent",
     "InboxFull",
     "InvalidSessionId",
     "InvalidToolSchema",
@@ -164,6 +185,7 @@ __all__ = [
     "JsonValueError",
     "LlmCallConfig",
     "Message",
+    "PostStep",
     "PreStep",
     "PromptSubmit",
     "ProviderError",
@@ -173,6 +195,7 @@ __all__ = [
     "Replace",
     "Request",
     "RequestFailure",
+    "ResponseFormat",
     "Runtime",
     "RuntimeClosed",
     "ScriptExhausted",
@@ -199,6 +222,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolCallInfo",
+    "ToolChoice",
     "ToolContext",
     "ToolOrderError",
     "ToolOutcome",
@@ -207,6 +231,7 @@ __all__ = [
     "TransientProviderError",
     "TurnFailed",
     "TurnResult",
+    "TurnStop",
     "UnknownHookError",
     "UsageTotals",
     "VerificationFailed",
