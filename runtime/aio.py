@@ -19,8 +19,9 @@ from attrs import evolve
 from actorloop.runtime.agent import Agent as TrioAgent
 from actorloop.runtime.agent import AgentStatus, SourceSpec
 from actorloop.runtime.errors import (
-    ActorloopError,
     HookError,
+    HostError,
+    HostTaskCancelled,
     RuntimeClosed,
     UnknownHookError,
     sole_error,
@@ -136,7 +137,7 @@ class _Host:
                 host_uses_signal_set_wakeup_fd=True,
             )
         except RuntimeError as exc:
-            raise RuntimeError(
+            raise HostError(
                 "actorloop.runtime.aio runs trio as a guest of the asyncio loop, but trio is "
                 "already running on this thread; from trio code use actorloop.runtime.Runtime"
             ) from exc
@@ -309,7 +310,7 @@ class _OnAsyncio:
             return cast(ToolOutput, result)
 
         def cancelled_outside() -> Exception:
-            return ActorloopError(f"tool {self.name!r}: its asyncio task was cancelled")
+            return HostTaskCancelled(f"tool {self.name!r}: its asyncio task was cancelled")
 
         return await _await_on_asyncio(result, cancelled_outside)
 
