@@ -26,6 +26,8 @@ keep working)::
     │   ├── InboxFull                  a synchronous enqueue met a full inbox
     │   └── TurnFailed                 `TurnResult.raise_for_error()` on an `error` turn
     ├── RuntimeClosed                  the runtime is shutting down; it starts nothing
+    ├── HostError                      [RuntimeError] the asyncio host cannot run here
+    │   └── HostTaskCancelled          an asyncio task of a tool was cancelled from outside
     ├── ProviderNotConfigured          [LookupError] no provider of that name in the runtime
     ├── ProviderSpecError              [ValueError] a provider spec string names nothing known
     ├── ProviderError                  a model call failed; `.code` is a provider code
@@ -248,6 +250,16 @@ class TurnFailed(AgentError):
 
 class RuntimeClosed(ActorloopError):
     """The runtime is shutting down (or closed): it starts no more agents."""
+
+
+class HostError(ActorloopError, RuntimeError):
+    """The asyncio host (`actorloop.runtime.aio`) cannot run trio on this thread (trio is
+    already running there), or a task it ran on the asyncio side was lost."""
+
+
+class HostTaskCancelled(HostError):
+    """An asyncio task running a tool's `execute` was cancelled from the asyncio side
+    alone (not by its turn): the call fails with TOOL_FAILED."""
 
 
 class ProviderNotConfigured(ActorloopError, LookupError):
