@@ -27,6 +27,8 @@ keep working)::
     │   ├── AgentBusy                  a turn runs or waits (the service's one-run rule)
     │   └── TurnFailed                 `TurnResult.raise_for_error()` on an `error` turn
     ├── RuntimeClosed                  the runtime is shutting down; it starts nothing
+    ├── HostError                      [RuntimeError] the asyncio host cannot run here
+    │   └── HostTaskCancelled          an asyncio task of a tool was cancelled from outside
     ├── ProviderNotConfigured          [LookupError] no provider of that name in the runtime
     ├── ProviderSpecError              [ValueError] a provider spec string names nothing known
     ├── ProviderError                  a model call failed; `.code` is a provider code
@@ -108,12 +110,12 @@ class ErrorCode(StrEnum):
     SUMMARY_EMPTY = "SUMMARY_EMPTY"
     NOT_RUNNING = "NOT_RUNNING"
 
-    # request rebuilding (RequestRebuildError.code) — docs/spec/runtime.md §12.7
+    # request rebuilding (RequestRebuildError.code) — docs/spec/runtime.md §15.7
     EVENT_NOT_FOUND = "EVENT_NOT_FOUND"
     NOT_A_MODEL_ANSWER = "NOT_A_MODEL_ANSWER"
     REQUEST_DIGEST_MISMATCH = "REQUEST_DIGEST_MISMATCH"
 
-    # the HTTP service (`{"error": {"code": ...}}`) — docs/spec/runtime.md §12
+    # the HTTP service (`{"error": {"code": ...}}`) — docs/spec/runtime.md §15
     SESSION_BUSY = "SESSION_BUSY"
     INVALID_SESSION_ID = "INVALID_SESSION_ID"
     INVALID_CONTENT = "INVALID_CONTENT"
@@ -272,7 +274,7 @@ class InboxFull(AgentError):
 
 class AgentBusy(AgentError):
     """The agent has a turn running or queued, and the caller asked for none to wait behind
-    it (the service's one-run-per-session rule, docs/spec/runtime.md §12.3)."""
+    it (the service's one-run-per-session rule, docs/spec/runtime.md §15.3)."""
 
     code = ErrorCode.SESSION_BUSY
 
@@ -288,6 +290,16 @@ class TurnFailed(AgentError):
 
 class RuntimeClosed(ActorloopError):
     """The runtime is shutting down (or closed): it starts no more agents."""
+
+
+class HostError(ActorloopError, RuntimeError):
+    """The asyncio host (`actorloop.runtime.aio`) cannot run trio on this thread (trio is
+    already running there), or a task it ran on the asyncio side was lost."""
+
+
+class HostTaskCancelled(HostError):
+    """An asyncio task running a tool's `execute` was cancelled from the asyncio side
+    alone (not by its turn): the call fails with TOOL_FAILED."""
 
 
 class ProviderNotConfigured(ActorloopError, LookupError):

@@ -1,6 +1,6 @@
 """The exact request an `assistant/message` answered, rebuilt from the log alone: its system
 slot, session prefix, history, tools and config, the header events it came from, and its
-digest checked against the recorded one (docs/spec/session-log.md §8, runtime.md §12.7)."""
+digest checked against the recorded one (docs/spec/session-log.md §8, runtime.md §15.7)."""
 
 from __future__ import annotations
 

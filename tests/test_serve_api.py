@@ -1,7 +1,7 @@
 """`actorloop serve` in-process: a real Hypercorn server on 127.0.0.1 in the test's trio run,
 driven with httpx over real sockets — every endpoint, the error shapes, the busy-session
 policy, idempotency keys, caller cancellation by a disconnecting client, SSE with resume,
-auth, and the drain (docs/serve.md, docs/spec/runtime.md §12)."""
+auth, and the drain (docs/serve.md, docs/spec/runtime.md §15)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Who may call the service: the bearer token on every `/v1` route (compared in constant
 time) and the rule that only a loopback address may be bound without one
-(docs/spec/runtime.md §12.8)."""
+(docs/spec/runtime.md §15.8)."""
 
 from __future__ import annotations
 

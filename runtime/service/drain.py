@@ -1,5 +1,5 @@
 """The drain before shutdown: from its start the service takes no new work, stops listening
-and ends its event streams; running turns get a grace period (docs/spec/runtime.md §12.6)."""
+and ends its event streams; running turns get a grace period (docs/spec/runtime.md §15.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Errors → HTTP: the status and stable code of every typed error a request can meet, and
-the one error body shape `{"error": {"code", "message"}}` (docs/spec/runtime.md §12.2)."""
+the one error body shape `{"error": {"code", "message"}}` (docs/spec/runtime.md §15.2)."""
 
 from __future__ import annotations
 

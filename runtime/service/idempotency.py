@@ -1,5 +1,5 @@
 """Idempotency keys of `POST /v1/sessions/{id}/messages`: which key started which turn, so the
-same key never starts a second one (docs/spec/runtime.md §12.4).
+same key never starts a second one (docs/spec/runtime.md §15.4).
 
 Keys live in the memory of the serving process, per session, for `ttl` seconds after their
 turn ended (24 hours by default), at most `capacity` of them (the oldest settled keys go

@@ -1,5 +1,5 @@
 """One run per session: the arrival-ordered line of sends waiting to start their turn through
-the service (docs/spec/runtime.md §12.3)."""
+the service (docs/spec/runtime.md §15.3)."""
 
 from __future__ import annotations
 

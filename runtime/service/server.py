@@ -1,6 +1,6 @@
 """Serving: Hypercorn's trio worker in the same trio run as the `Runtime`, so agents and
 requests share one event loop; the drain on SIGINT/SIGTERM (stop accepting, let running
-turns end or abort them after the grace period, flush, exit) — docs/spec/runtime.md §12.6."""
+turns end or abort them after the grace period, flush, exit) — docs/spec/runtime.md §15.6."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`SessionService`: what the HTTP API does with the runtime, apart from HTTP — sessions by
 profile, resume on demand, one run per session, idempotency keys, and the drain
-(docs/spec/runtime.md §12). It speaks in the shapes of `schemas`; `app` only maps HTTP."""
+(docs/spec/runtime.md §15). It speaks in the shapes of `schemas`; `app` only maps HTTP."""
 
 from __future__ import annotations
 
@@ -370,7 +370,7 @@ class SessionService:
     # ------------------------------------------------------------------ turns
 
     async def send(self, session_id: str, request: SendMessage) -> TurnOutcome | SessionState:
-        """One turn with `request.content` (docs/spec/runtime.md §12.3, §12.4): its outcome
+        """One turn with `request.content` (docs/spec/runtime.md §15.3, §15.4): its outcome
         when `wait`, else the session's state once the send is accepted."""
         self.drain.refuse()
         while True:

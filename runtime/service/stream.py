@@ -1,6 +1,6 @@
 """A session's events as one ordered stream for SSE: what is stored, then each new event as
 it is appended, across loop instances (a session disposed and resumed later goes on in the
-same stream), from any seq, with no gap and no duplicate (docs/spec/runtime.md §12.5)."""
+same stream), from any seq, with no gap and no duplicate (docs/spec/runtime.md §15.5)."""
 
 from __future__ import annotations
 
