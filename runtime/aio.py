@@ -354,8 +354,7 @@ class _EventFeed:
     async def pump(self, agent: TrioAgent, after: int | None) -> None:
         try:
             with self.scope:
-                events_of = cast(AsyncGenerator[SessionEvent, None], agent.events(after))
-                async with aclosing(events_of) as events:
+                async with aclosing(agent.events(after)) as events:
                     async for event in events:
                         while len(self.buffer) >= self.capacity:
                             self._room = trio.Event()

@@ -5,9 +5,7 @@ same stream), from any seq, with no gap and no duplicate (docs/spec/runtime.md Â
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import cast
 
 import trio
 
@@ -47,11 +45,7 @@ async def produce_events(
                             for event in agent.session.events_since(cursor):
                                 await out.send(event)
                             return
-                        # `Agent.events` is an async generator (typed as an iterator).
-                        live = cast(
-                            AsyncGenerator[SessionEvent, None], agent.events(after=cursor - 1)
-                        )
-                        async with aclosing(live) as events:
+                        async with aclosing(agent.events(after=cursor - 1)) as events:
                             async for event in events:
                                 await out.send(event)
                                 cursor = event.seq + 1
