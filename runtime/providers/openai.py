@@ -457,9 +457,11 @@ class OpenAIChatProvider(HttpSseProvider):
 
     @property
     def url(self) -> str:
+        """The Chat Completions endpoint: `{base_url}/chat/completions`."""
         return f"{self.base_url}/chat/completions"
 
     def build_body(self, request: Request) -> dict[str, Any]:
+        """The Chat Completions body of `request`."""
         return openai_body(
             request,
             max_tokens_field=self.max_tokens_field,
@@ -481,6 +483,7 @@ class OpenAIChatProvider(HttpSseProvider):
         )
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """Stream `request` to Chat Completions and map its chunks to ours."""
         body = self.body_bytes(request)
         headers = with_extra_headers(
             {

@@ -499,9 +499,11 @@ class OpenAIResponsesProvider(HttpSseProvider):
 
     @property
     def url(self) -> str:
+        """The Responses endpoint: `{base_url}/responses`."""
         return f"{self.base_url}/responses"
 
     def build_body(self, request: Request) -> dict[str, Any]:
+        """The Responses API body of `request` (the full input; `store=false` by default)."""
         return responses_body(
             request,
             store=self.store,
@@ -522,6 +524,7 @@ class OpenAIResponsesProvider(HttpSseProvider):
         )
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """Stream `request` to the Responses API and map its events to chunks."""
         body = self.body_bytes(request)
         headers = with_extra_headers(
             {
