@@ -40,6 +40,8 @@ keep working)::
     ├── SubagentError                  a child agent could not answer its parent's call
     ├── StoreError                     the durable store failed; barriers fail closed
     │   ├── StoreUrlError              [ValueError] a store URL this build does not understand
+    │   ├── StoreUnavailable           the database cannot be reached now; retry later
+    │   ├── SessionFenced              a writer lost its lease to a newer owner; it stops
     │   ├── SessionWriteError          one session's events were not written; others were
     │   └── GroupCommitError           a group commit wrote every session but the failed ones
     ├── HookError                      a listener broke the hook protocol
@@ -138,6 +140,8 @@ class ErrorCode(StrEnum):
     PROVIDER_NOT_CONFIGURED = "PROVIDER_NOT_CONFIGURED"
     SESSION_DAMAGED = "SESSION_DAMAGED"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    SESSION_FENCED = "SESSION_FENCED"
+    OWNER_LOST = "OWNER_LOST"
     SERVER_DRAINING = "SERVER_DRAINING"
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
@@ -394,6 +398,32 @@ class StoreUrlError(StoreError, ValueError):
     """A store URL (or store option) is not one this build understands."""
 
 
+class StoreUnavailable(StoreError):
+    """The store's database cannot be reached now (connection refused or lost, no pooled
+    connection in time, the server restarting). Nothing is lost: a commit it interrupted
+    either landed whole or not at all; retry once the database is back."""
+
+
+class SessionFenced(StoreError):
+    """This writer's lease on the session was taken over: another owner claimed it with a
+    newer owner epoch (this one was paused or cut off past its lease). Every commit is
+    conditional on the epoch, so nothing of this writer lands any more; its agent stops
+    and it does not retry. `epoch` is the one it held, `current` the owner's now (None when
+    unknown)."""
+
+    code = ErrorCode.SESSION_FENCED
+
+    def __init__(self, session_id: str, epoch: int, current: int | None, detail: str = "") -> None:
+        now = "" if current is None else f" (owner epoch is now {current})"
+        super().__init__(
+            f"session {session_id!r}: this writer's lease (owner epoch {epoch}) was taken over"
+            f"{now}{detail}; it writes nothing more and does not retry"
+        )
+        self.session_id = session_id
+        self.epoch = epoch
+        self.current = current
+
+
 class SessionWriteError(StoreError):
     """The store could not write one session's events; the other sessions of the same group
     commit are unaffected. The store's own error (tail check, lease, encoding, I/O) is the
@@ -513,6 +543,14 @@ class ServiceDraining(ServiceError):
     """The server is draining for shutdown: it takes no new requests."""
 
     code = ErrorCode.SERVER_DRAINING
+
+
+class OwnerLost(ServiceError):
+    """A request handed to the instance owning its session was taken by that instance, which
+    then died before answering; the session is taken over once its lease expires. Whether
+    the request took effect is not known: read the session's events, then retry."""
+
+    code = ErrorCode.OWNER_LOST
 
 
 class ServeConfigError(ServiceError, ValueError):

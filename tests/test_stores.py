@@ -1,5 +1,6 @@
-"""The three stores behind one contract: round trips, tail checks, leases, hostile ids,
-version refusal, fork and crash repair on load (scenario S3)."""
+"""The four stores behind one contract: round trips, tail checks, leases, hostile ids,
+version refusal, fork and crash repair on load (scenario S3). PostgreSQL runs against a
+real server (tests/pg_server.py), a fresh database per test."""
 
 from __future__ import annotations
 
@@ -41,14 +42,17 @@ from actorloop.runtime.events import ToolResultEvent, TurnEnd
 from actorloop.runtime.messages import ToolCall
 from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.session import Session, SessionMeta
-from actorloop.runtime.stores import JsonlStore, MemoryStore, SqliteStore, Store, open_store
+from actorloop.runtime.stores import JsonlStore, Lease, MemoryStore, SqliteStore, Store, open_store
 from actorloop.runtime.stores import jsonl as jsonl_store
 from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH, check_session_id
+from actorloop.runtime.stores.postgres import PostgresStore
 
-KINDS = ("memory", "sqlite", "jsonl")
+KINDS = ("memory", "sqlite", "jsonl", "postgres")
 
 
-def url_for(kind: str, tmp_path: Path) -> str:
+def url_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "postgres":
+        return str(request.getfixturevalue("pg_url"))
     return {
         "memory": "memory:",
         "sqlite": f"sqlite:{tmp_path / 'store.db'}",
@@ -58,12 +62,32 @@ def url_for(kind: str, tmp_path: Path) -> str:
 
 @pytest.fixture(params=KINDS)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return url_for(request.param, tmp_path)
+    return url_for(request.param, tmp_path, request)
 
 
-@pytest.fixture(params=("sqlite", "jsonl"))
+@pytest.fixture(params=("sqlite", "jsonl", "postgres"))
 def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return url_for(request.param, tmp_path)
+    return url_for(request.param, tmp_path, request)
+
+
+async def released(store: Store) -> None:
+    """Released leases are free for other instances: PostgreSQL writes a release in the
+    background (`Lease.release()` is synchronous), so wait for it there."""
+    if isinstance(store, PostgresStore):
+        await store.write_releases()
+
+
+async def in_force(store: Store, session_id: str) -> Lease:
+    """A writer lease in force: `claim`ed, and for PostgreSQL (whose claim reaches the
+    database with the lease's first use) taken in the database too."""
+    lease = store.claim(session_id)
+    if isinstance(store, PostgresStore):
+        try:
+            await store.acquire(lease)
+        except BaseException:
+            lease.release()
+            raise
+    return lease
 
 
 @pytest.fixture
@@ -108,15 +132,18 @@ async def test_round_trip_keeps_events_and_derivation_identical(store: Store) ->
     assert [m.id for m in await store.list()] == ["alpha"]
 
 
-async def test_every_store_returns_the_same_log(tmp_path: Path) -> None:
+async def test_every_store_returns_the_same_log(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     session = closed_log("same", 2)
     loaded = []
     for kind in KINDS:
-        store = open_store(url_for(kind, tmp_path))
+        store = open_store(url_for(kind, tmp_path, request))
         await stored(store, session)
         loaded.append(await store.load("same"))
         await store.close()
-    assert loaded[0] == loaded[1] == loaded[2] == (session.meta, session.events)
+    assert len(loaded) == len(KINDS)
+    assert all(entry == (session.meta, session.events) for entry in loaded)
 
 
 async def test_durable_stores_survive_reopening(durable_url: str) -> None:
@@ -198,9 +225,9 @@ async def test_leases_exclude_other_store_instances(durable_url: str) -> None:
     try:
         session = closed_log("shared", 1)
         await first.create(session.meta)
-        lease = first.claim("shared")
+        lease = await in_force(first, "shared")
         with pytest.raises(SessionBusy, match="owned by a live writer"):
-            second.claim("shared")
+            await in_force(second, "shared")
         await first.append("shared", session.events)
         # The other instance cannot slip events in, with or without the lease.
         rival = closed_log("shared", 2)
@@ -558,8 +585,9 @@ async def test_repair_is_refused_across_processes_holding_the_lease(durable_url:
     writer, reader = open_store(durable_url), open_store(durable_url)
     session = open_turn_with_tool_request("live")
     await stored(writer, session)
-    with writer.claim("live"), pytest.raises(SessionBusy, match="live turn is open"):
+    with await in_force(writer, "live"), pytest.raises(SessionBusy, match="live turn is open"):
         await reader.load("live")
+    await released(writer)
     assert (await reader.load("live"))[1][-1].type == "turn/end"
     await writer.close()
     await reader.close()
@@ -577,7 +605,7 @@ async def test_a_closed_store_refuses_work(store: Store) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["postgres://db", "", "memory", "memory:x", "sqlite:", "sqlite:a.db?mode=ro", "jsonl:", "x:y"],
+    ["postgres:db", "", "memory", "memory:x", "sqlite:", "sqlite:a.db?mode=ro", "jsonl:", "x:y"],
 )
 def test_unknown_store_urls_say_what_is_accepted(bad: str) -> None:
     with pytest.raises(StoreUrlError) as info:

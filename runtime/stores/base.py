@@ -31,7 +31,10 @@ Listing: TypeAlias = tuple[SessionMeta | DamagedSession, ...]
 Failures: TypeAlias = dict[str, Exception]
 """Sessions of one group commit that were not written, with the error each one met."""
 
-ACCEPTED_URLS = "memory:, sqlite:PATH[?synchronous=NORMAL|FULL] or jsonl:DIR"
+ACCEPTED_URLS = (
+    "memory:, sqlite:PATH[?synchronous=NORMAL|FULL], jsonl:DIR or "
+    "postgresql://[USER@]HOST[:PORT]/DB[?lease_s=SECONDS]"
+)
 
 
 class Store(Protocol):
@@ -182,7 +185,9 @@ def refuse_live_repair(session_id: str, what: str) -> SessionBusy:
 
 
 def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
-    """A store for `url`: `memory:`, `sqlite:PATH[?synchronous=NORMAL|FULL]` or `jsonl:DIR`.
+    """A store for `url`: `memory:`, `sqlite:PATH[?synchronous=NORMAL|FULL]`, `jsonl:DIR`
+    or a libpq URL `postgresql://...` (the `postgres` extra; `?lease_s=` and the other
+    options of `stores/postgres/config.py`).
 
     A `synchronous` given in the URL wins over the keyword.
     """
@@ -210,4 +215,13 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
         return SqliteStore(path, synchronous=mode)
     if scheme == "jsonl" and rest:
         return JsonlStore(rest)
+    if scheme in ("postgresql", "postgres") and rest.startswith("//"):
+        try:
+            from actorloop.runtime.stores.postgres.store import PostgresStore
+        except ImportError as exc:
+            raise StoreUrlError(
+                f"store URL {url.partition('?')[0]!r:.80}: the PostgreSQL store needs the "
+                f"postgres extra (pip install 'actorloop[postgres]'): {exc}"
+            ) from None
+        return PostgresStore(url)
     raise StoreUrlError(f"unknown store URL {url!r}; accepted: {ACCEPTED_URLS}")

@@ -1,0 +1,901 @@
+"""`PostgresStore` (`postgresql://...`): session logs in PostgreSQL, shared by several
+processes and hosts, each session owned by one writer at a time (fenced ownership).
+
+psycopg 3 (sync) with a `psycopg_pool` connection pool; every database call runs in a
+worker thread (`trio.to_thread.run_sync`) under a `CapacityLimiter` sized to the pool, so
+nothing blocks the trio thread. Rows are checksummed and every session row carries its
+acknowledged head, as in SQLite (`codecs.rows`): a missing, reordered or altered row is
+`SessionCorruptError` naming the seq, never a shorter log.
+
+Ownership (`claims`): a claim bumps the session's owner epoch; every commit of events is
+one transaction conditional on (owner epoch, expected head), so a writer that lost its
+lease gets `SessionFenced` and never lands another event. Leases are renewed by a
+background task the store owns (cancelled when it closes); their TTL is `?lease_s=`.
+
+A commit the server did not confirm (connection lost, server restarting) fails every
+session of that group commit with `StoreUnavailable` but not the store: it reconnects, so
+one outage does not fail the store closed; such a commit landed whole or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+import psycopg
+import trio
+from attrs import frozen
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from actorloop.codecs.rows import (
+    EventRow,
+    event_from_row,
+    event_rows,
+    head_of,
+    meta_from_row,
+    session_row,
+)
+from actorloop.runtime.errors import (
+    ActorloopError,
+    ErrorCode,
+    GroupCommitError,
+    SessionBusy,
+    SessionCorruptError,
+    SessionError,
+    SessionExists,
+    SessionFenced,
+    SessionForkError,
+    SessionFormatError,
+    SessionFormatUnsupported,
+    SessionNotFound,
+    StoreError,
+    StoreUnavailable,
+)
+from actorloop.runtime.events import SessionEvent
+from actorloop.runtime.meta import DamagedSession
+from actorloop.runtime.session import SessionMeta
+from actorloop.runtime.stores.base import (
+    Batch,
+    Failures,
+    Listing,
+    Loaded,
+    check_seqs,
+    parent_of,
+    plan_repair,
+    raise_failures,
+    refuse_live_repair,
+    sole_failure,
+    validate_stored,
+)
+from actorloop.runtime.stores.ids import check_session_id
+from actorloop.runtime.stores.leases import Lease, busy_error
+from actorloop.runtime.stores.postgres import schema
+from actorloop.runtime.stores.postgres.claims import CLAIMABLE, Claim, Claims
+from actorloop.runtime.stores.postgres.config import PgSettings, parse_url
+
+T = TypeVar("T")
+log = logging.getLogger("actorloop.stores.postgres")
+
+CONNECT_TIMEOUT_S = 5
+"""libpq's connect timeout unless the URL sets one; also how long a call waits for a pooled
+connection before it is `StoreUnavailable`."""
+
+_SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
+_OWNER_COLUMNS = "owner_node, owner_epoch, coalesce(lease_expires > now(), false)"
+_EVENT_COLUMNS = "session_id, seq, type, time, body, crc"
+_INSERT_EVENTS = (
+    "INSERT INTO actorloop.events (session_id, seq, type, time, body, crc, epoch) "
+    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bytea[], "
+    "%s::bigint[], %s::bigint[])"
+)
+_SET_HEADS = (
+    "UPDATE actorloop.sessions AS s SET head = v.head, owner_epoch = v.epoch, "
+    "owner_node = v.node, lease_expires = CASE WHEN v.node IS NULL THEN NULL "
+    "ELSE now() + %s * interval '1 second' END "
+    "FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[]) AS v(id, head, epoch, node) "
+    "WHERE s.id = v.id"
+)
+_INSERT_SESSION = (
+    "INSERT INTO actorloop.sessions "
+    "(id, meta, parent, seed_length, version, head, crc, owner_node, owner_epoch, lease_expires) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "CASE WHEN %s THEN now() + %s * interval '1 second' END) "
+    "ON CONFLICT (id) DO NOTHING RETURNING owner_epoch"
+)
+
+
+@frozen
+class Owner:
+    """Who owns a session now: `node` (None: unowned), its owner epoch, and whether its
+    lease is live (unexpired by the database's clock); `head` is its acknowledged head."""
+
+    node: str | None
+    epoch: int
+    live: bool
+    head: int
+
+
+@frozen
+class _Stored:
+    meta: SessionMeta
+    head: int
+    owner: Owner
+
+
+@frozen
+class _Write:
+    """One session's part of a group commit: its rows, the epoch they are written under,
+    and who owns the session after the commit (None: a temporary claim, released)."""
+
+    rows: list[EventRow]
+    epoch: int
+    owner: str | None
+    claim: Claim | None
+
+
+class _RowRefused(Exception):
+    """A group commit's statement failed for some session's rows: roll back, isolate."""
+
+
+def _unavailable(settings: PgSettings, exc: BaseException) -> StoreUnavailable:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    error = StoreUnavailable(f"postgres {settings.display}: the database is unavailable: {message}")
+    error.__cause__ = exc
+    return error
+
+
+class PostgresStore:
+    """The `Store` seam over PostgreSQL; see the module docstring. Open with
+    `open_store("postgresql://user@host/db?lease_s=15")` or `PostgresStore(url)`."""
+
+    def __init__(self, url: str) -> None:
+        self.settings = parse_url(url)
+        self.url = self.settings.display
+        self.node = self.settings.node
+        self._claims = Claims(on_release=self._wake_keeper)
+        self._limiter = trio.CapacityLimiter(self.settings.pool_max)
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
+        self._schema_ready = False
+        self._closing = False
+        self._closed = False
+        self._keeper_scope: trio.CancelScope | None = None
+        self._keeper_done: trio.Event | None = None
+        self._wake = trio.Event()
+        self._keeper_failing = False
+
+    # connections -----------------------------------------------------------------------
+
+    def _open_pool(self) -> ConnectionPool:
+        with self._pool_lock:
+            if self._closed:
+                raise StoreError(f"postgres store {self.url} is closed")
+            if self._pool is None:
+                kwargs: dict[str, Any] = {"autocommit": True}
+                if "connect_timeout" not in self.settings.conninfo:
+                    kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+                kwargs["application_name"] = f"actorloop {self.node}"[:63]
+                pool = ConnectionPool(
+                    self.settings.conninfo,
+                    min_size=1,
+                    max_size=self.settings.pool_max,
+                    kwargs=kwargs,
+                    open=False,
+                    timeout=CONNECT_TIMEOUT_S,
+                    check=ConnectionPool.check_connection,
+                    name=f"actorloop-{self.node}",
+                )
+                pool.open(wait=False)
+                self._pool = pool
+            return self._pool
+
+    def _call(self, work: Callable[[psycopg.Connection], T]) -> T:
+        """Run `work` on a pooled connection (in the calling worker thread)."""
+        if self._closed:
+            raise StoreError(f"postgres store {self.url} is closed")
+        try:
+            pool = self._open_pool()
+            with pool.connection() as conn:
+                if not self._schema_ready:
+                    schema.prepare(conn)
+                    self._schema_ready = True
+                return work(conn)
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            raise _unavailable(self.settings, exc) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres {self.url}: {type(exc).__name__}: {exc}") from exc
+
+    async def _run(self, work: Callable[[psycopg.Connection], T]) -> T:
+        if self._closed:
+            raise StoreError(f"postgres store {self.url} is closed")
+        return await trio.to_thread.run_sync(partial(self._call, work), limiter=self._limiter)
+
+    # reads -----------------------------------------------------------------------------
+
+    def _where(self, session_id: str, seq: int | None = None) -> str:
+        place = f"postgres session {session_id!r}"
+        return place if seq is None else f"{place} seq {seq}"
+
+    def _stored(
+        self, conn: psycopg.Connection, session_id: str, *, lock: bool = False
+    ) -> _Stored | None:
+        row = conn.execute(
+            f"SELECT {_SESSION_COLUMNS}, {_OWNER_COLUMNS} FROM actorloop.sessions WHERE id = %s"
+            + (" FOR UPDATE" if lock else ""),
+            (session_id,),
+            binary=True,
+        ).fetchone()
+        if row is None:
+            return None
+        where = self._where(session_id)
+        try:
+            meta = meta_from_row(row[:7], where)
+            head = head_of(row[:7], where)
+        except SessionFormatError as exc:
+            raise SessionCorruptError(exc.where, exc.problem) from exc
+        if meta.id != session_id:
+            raise SessionCorruptError(where, f"row names {meta.id!r}")
+        if head < (meta.seed_length or 0):
+            raise SessionCorruptError(where, f"acknowledged head {head} is below its fork seed")
+        return _Stored(meta, head, Owner(row[7], row[8], bool(row[9]), head))
+
+    def _need(self, conn: psycopg.Connection, session_id: str, *, lock: bool = False) -> _Stored:
+        found = self._stored(conn, session_id, lock=lock)
+        if found is None:
+            raise SessionNotFound(session_id)
+        return found
+
+    def _events(
+        self,
+        conn: psycopg.Connection,
+        meta: SessionMeta,
+        head: int,
+        length: int | None = None,
+        seen: frozenset[str] = frozenset(),
+    ) -> list[SessionEvent]:
+        """The first `length` events (all `head` if None), reading fork parents' seeds
+        recursively; every row checksummed, contiguous, and as many as the head says."""
+        first = meta.seed_length or 0
+        want = head if length is None else length
+        if want > head:
+            raise SessionCorruptError(
+                self._where(meta.id),
+                f"a fork needs {want} of its events but its acknowledged head is {head}",
+            )
+        events: list[SessionEvent] = []
+        if meta.parent_session is not None:
+            seen = seen | {meta.id}
+            parent = self._stored(conn, parent_of(meta, seen, self._where(meta.id)))
+            if parent is None:
+                raise SessionCorruptError(
+                    self._where(meta.id), f"fork parent {meta.parent_session!r} is missing"
+                )
+            events = self._events(conn, parent.meta, parent.head, min(want, first), seen)
+        if want <= first:
+            return events
+        # A fork seed reads only what it needs; a whole log reads past its head too, since a
+        # row there is damage, not something to skip.
+        bound = "AND seq < %s" if length is not None else ""
+        params: tuple[Any, ...] = (meta.id, first, want) if length is not None else (meta.id, first)
+        rows = conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM actorloop.events WHERE session_id = %s AND seq >= %s "
+            f"{bound} ORDER BY seq",
+            params,
+            binary=True,
+        )
+        for row in rows:
+            expected = len(events)
+            if expected == want:
+                raise SessionCorruptError(
+                    self._where(meta.id, row[1]),
+                    f"row seq {row[1]!r} lies past the acknowledged head ({head} events)",
+                )
+            where = self._where(meta.id, expected)
+            if row[1] != expected:
+                raise SessionCorruptError(
+                    where, f"row seq {row[1]!r} where seq {expected} belongs (missing or moved)"
+                )
+            try:
+                events.append(event_from_row(row, where))
+            except SessionFormatError as exc:
+                raise SessionCorruptError(where, exc.problem) from exc
+        if len(events) != want:
+            raise SessionCorruptError(
+                self._where(meta.id, len(events)),
+                f"missing: the log holds {len(events)} events, its acknowledged head is {want}",
+            )
+        return events
+
+    # ownership -------------------------------------------------------------------------
+
+    def _claimable(self, owner: Owner) -> bool:
+        return owner.node is None or owner.node == self.node or not owner.live
+
+    def _busy(self, session_id: str, owner: Owner, detail: str) -> SessionBusy:
+        return busy_error(session_id, f" (node {owner.node!r}, owner epoch {owner.epoch}){detail}")
+
+    def _epoch_for(self, claim: Claim, session_id: str, owner: Owner) -> int:
+        """The epoch `claim` writes under now: its own (fenced if the session moved on), or
+        a new one taken now (SessionBusy if the session is not claimable)."""
+        if claim.fenced is not None:
+            raise claim.fenced
+        if claim.epoch is not None:
+            if owner.epoch != claim.epoch:
+                raise self._claims.fence(claim, owner.epoch, f", by node {owner.node!r}")
+            return claim.epoch
+        if not self._claimable(owner):
+            raise self._busy(session_id, owner, "; refusing a second writer")
+        return owner.epoch + 1
+
+    def _take(self, conn: psycopg.Connection, session_id: str, claim: Claim) -> tuple[_Stored, int]:
+        """Inside a transaction: lock the session row and hold `claim`'s epoch on it."""
+        stored = self._need(conn, session_id, lock=True)
+        epoch = self._epoch_for(claim, session_id, stored.owner)
+        if claim.epoch is None:
+            conn.execute(
+                "UPDATE actorloop.sessions SET owner_epoch = %s, owner_node = %s, "
+                "lease_expires = now() + %s * interval '1 second' WHERE id = %s",
+                (epoch, self.node, self.settings.lease_s, session_id),
+            )
+        return stored, epoch
+
+    def _taken(self, claim: Claim | None, epoch: int) -> None:
+        """After a commit: `claim` holds `epoch` in the database (renewed from now on)."""
+        if claim is not None and claim.epoch is None:
+            self._claims.taken(claim, epoch)
+            self._ensure_keeper()
+
+    async def owner(self, session_id: str) -> Owner | None:
+        """Who owns `session_id` now (None: no such session)."""
+        check_session_id(session_id)
+
+        def read(conn: psycopg.Connection) -> Owner | None:
+            row = conn.execute(
+                f"SELECT {_OWNER_COLUMNS}, head FROM actorloop.sessions WHERE id = %s",
+                (session_id,),
+            ).fetchone()
+            return None if row is None else Owner(row[0], row[1], bool(row[2]), row[3])
+
+        return await self._run(read)
+
+    # the Store API ---------------------------------------------------------------------
+
+    async def create(self, meta: SessionMeta) -> None:
+        check_session_id(meta.id)
+        row = session_row(meta)
+        meta_from_row(row, self._where(meta.id))  # refuse writing an unsupported version
+        claim = self._claims.of(meta.id)
+        owned = claim is not None and claim.epoch is None
+
+        def insert(conn: psycopg.Connection) -> int:
+            with conn.transaction():
+                done = conn.execute(
+                    _INSERT_SESSION,
+                    (
+                        *row,
+                        self.node if owned else None,
+                        1 if owned else 0,
+                        owned,
+                        self.settings.lease_s,
+                    ),
+                ).fetchone()
+            if done is None:
+                raise SessionExists(meta.id)
+            return int(done[0])
+
+        epoch = await self._run(insert)
+        if owned:
+            self._taken(claim, epoch)
+
+    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+        try:
+            await self.append_batch(((session_id, events),))
+        except GroupCommitError as exc:
+            raise sole_failure(exc) from None
+
+    async def append_batch(self, batch: Batch) -> None:
+        failures: Failures = {}
+        merged: dict[str, list[SessionEvent]] = {}
+        for session_id, events in batch:
+            try:
+                check_session_id(session_id)
+            except SessionError as exc:
+                failures[session_id] = exc
+                continue
+            merged.setdefault(session_id, []).extend(events)
+        if self._closed:
+            raise StoreError(f"postgres store {self.url} is closed")
+        rows: dict[str, list[EventRow]] = {}
+        for session_id, events in merged.items():
+            if not events:
+                continue
+            claim = self._claims.of(session_id)
+            if claim is not None and claim.fenced is not None:
+                failures[session_id] = claim.fenced  # fenced for good: no database call
+                continue
+            try:
+                rows[session_id] = event_rows(session_id, events)
+            except Exception as exc:
+                failures[session_id] = exc
+        if rows:
+            written: dict[str, _Write] = {}
+            try:
+                written = await self._run(partial(self._commit, rows, failures))
+            except StoreUnavailable as exc:
+                # Not confirmed: every session of the commit failed (it landed whole or not
+                # at all); the store reconnects for the next one.
+                for session_id in rows:
+                    failures.setdefault(session_id, exc)
+            for write in written.values():
+                self._taken(write.claim, write.epoch)
+        raise_failures(failures)
+
+    def _commit(
+        self, rows: dict[str, list[EventRow]], failures: Failures, conn: psycopg.Connection
+    ) -> dict[str, _Write]:
+        checked: Failures = {}
+        try:
+            with conn.transaction():
+                plan = self._plan(conn, rows, checked)
+                self._write(conn, plan, checked, isolate=False)
+        except _RowRefused:
+            # A statement PostgreSQL refused for one session's rows rolled the commit back:
+            # redo it with a savepoint per session, so only that session is refused.
+            checked = {}
+            with conn.transaction():
+                plan = self._plan(conn, rows, checked)
+                self._write(conn, plan, checked, isolate=True)
+        failures.update(checked)
+        return {sid: write for sid, write in plan.items() if sid not in checked}
+
+    def _plan(
+        self, conn: psycopg.Connection, rows: dict[str, list[EventRow]], failures: Failures
+    ) -> dict[str, _Write]:
+        """Lock every session row of the commit (in id order, so concurrent group commits
+        cannot deadlock) and decide each session's epoch; refused sessions go to
+        `failures`."""
+        ids = sorted(rows)
+        conn.execute(
+            "SELECT 1 FROM actorloop.sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (ids,)
+        )
+        # Read after the locks, in a statement of its own: under READ COMMITTED it sees
+        # every commit that finished while this one waited for a lock.
+        found = {
+            row[0]: row
+            for row in conn.execute(
+                "SELECT s.id, s.head, s.seed_length, s.owner_node, s.owner_epoch, "
+                "coalesce(s.lease_expires > now(), false), "
+                "(SELECT max(seq) FROM actorloop.events e WHERE e.session_id = s.id) "
+                "FROM actorloop.sessions s WHERE s.id = ANY(%s)",
+                (ids,),
+            )
+        }
+        plan: dict[str, _Write] = {}
+        for session_id, session_rows in rows.items():
+            try:
+                if session_id not in found:
+                    raise SessionNotFound(session_id)
+                _, head, seed_length, node, epoch, live, last = found[session_id]
+                rows_end = (seed_length or 0) if last is None else last + 1
+                if head != rows_end:
+                    raise SessionCorruptError(
+                        self._where(session_id),
+                        f"acknowledged head {head!r} disagrees with the stored rows (they end "
+                        f"before seq {rows_end}); load the session to see the damage",
+                    )
+                owner = Owner(node, epoch, live, head)
+                claim = self._claims.of(session_id)
+                if claim is not None:
+                    write_epoch = self._epoch_for(claim, session_id, owner)
+                    after: str | None = self.node
+                elif self._claimable(owner):
+                    write_epoch, after = owner.epoch + 1, None  # a temporary claim
+                else:
+                    raise self._busy(session_id, owner, "; refusing to append without its lease")
+                check_seqs(session_id, [row[1] for row in session_rows], head)
+            except (SessionError, SessionFenced) as exc:
+                failures[session_id] = exc
+                continue
+            plan[session_id] = _Write(session_rows, write_epoch, after, claim)
+        return plan
+
+    def _write(
+        self,
+        conn: psycopg.Connection,
+        plan: dict[str, _Write],
+        failures: Failures,
+        *,
+        isolate: bool,
+    ) -> None:
+        def insert(part: dict[str, _Write]) -> None:
+            columns: list[list[Any]] = [[] for _ in range(7)]
+            for write in part.values():
+                for row in write.rows:
+                    for index, value in enumerate(row):
+                        columns[index].append(value)
+                    columns[6].append(write.epoch)
+            conn.execute(_INSERT_EVENTS, columns)
+            conn.execute(
+                _SET_HEADS,
+                (
+                    self.settings.lease_s,
+                    list(part),
+                    [write.rows[-1][1] + 1 for write in part.values()],
+                    [write.epoch for write in part.values()],
+                    [write.owner for write in part.values()],
+                ),
+            )
+
+        if not plan:
+            return
+        if not isolate:
+            try:
+                insert(plan)
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                raise _RowRefused from exc
+            return
+        for session_id, write in plan.items():
+            try:
+                with conn.transaction():
+                    insert({session_id: write})
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                failures[session_id] = StoreError(f"postgres {self.url}: {exc}")
+                failures[session_id].__cause__ = exc
+
+    async def flush(self, session_id: str | None = None) -> None:
+        # Every append commits before it returns (synchronous_commit decides durability).
+        if session_id is not None:
+            check_session_id(session_id)
+            await self._run(lambda conn: self._need(conn, session_id))
+        elif self._closed:
+            raise StoreError(f"postgres store {self.url} is closed")
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def _load_all(self, conn: psycopg.Connection, stored: _Stored) -> list[SessionEvent]:
+        return self._events(conn, stored.meta, stored.head)
+
+    async def load(
+        self, session_id: str, *, lease: Lease | None = None, repair: bool = True
+    ) -> Loaded:
+        check_session_id(session_id)
+
+        def locate(seq: int) -> str:
+            return self._where(session_id, seq)
+
+        def read_only(conn: psycopg.Connection) -> Loaded:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                stored = self._need(conn, session_id)
+                events = self._load_all(conn, stored)
+            validate_stored(stored.meta, events, locate)
+            return stored.meta, tuple(events)
+
+        def with_lease(claim: Claim, conn: psycopg.Connection) -> tuple[Loaded, int]:
+            with conn.transaction():
+                stored, epoch = self._take(conn, session_id, claim)
+                events = self._load_all(conn, stored)
+                fixes = plan_repair(stored.meta, events, locate)
+                if fixes:
+                    self._append_fixes(conn, session_id, fixes, epoch, self.node)
+            return (stored.meta, (*events, *fixes)), epoch
+
+        def without_lease(conn: psycopg.Connection) -> Loaded:
+            with conn.transaction():
+                stored = self._need(conn, session_id, lock=True)
+                events = self._load_all(conn, stored)
+                fixes = plan_repair(stored.meta, events, locate)
+                if fixes:
+                    if self._claims.of(session_id) is not None or not self._claimable(
+                        stored.owner
+                    ):
+                        raise refuse_live_repair(session_id, "its last turn has no turn/end")
+                    # A temporary claim: the closers are written under a new epoch, and the
+                    # session is left unowned.
+                    self._append_fixes(conn, session_id, fixes, stored.owner.epoch + 1, None)
+            return stored.meta, (*events, *fixes)
+
+        if not repair:
+            return await self._run(read_only)
+        if lease is None:
+            return await self._run(without_lease)
+        claim = self._claims.held(lease, session_id)
+        loaded, epoch = await self._run(partial(with_lease, claim))
+        self._taken(claim, epoch)
+        return loaded
+
+    def _append_fixes(
+        self,
+        conn: psycopg.Connection,
+        session_id: str,
+        fixes: Sequence[SessionEvent],
+        epoch: int,
+        owner: str | None,
+    ) -> None:
+        write = _Write(event_rows(session_id, fixes), epoch, owner, None)
+        try:
+            self._write(conn, {session_id: write}, {}, isolate=False)
+        except _RowRefused as exc:
+            raise StoreError(f"postgres {self.url}: repair of {session_id!r}: {exc.__cause__}") from exc
+
+    async def exists(self, session_id: str) -> bool:
+        check_session_id(session_id)
+        return await self._run(
+            lambda conn: (
+                conn.execute(
+                    "SELECT 1 FROM actorloop.sessions WHERE id = %s", (session_id,)
+                ).fetchone()
+                is not None
+            )
+        )
+
+    async def list(self) -> Listing:
+        def run(conn: psycopg.Connection) -> Listing:
+            listing: list[SessionMeta | DamagedSession] = []
+            for row in conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM actorloop.sessions ORDER BY listed", binary=True
+            ):
+                try:
+                    listing.append(meta_from_row(row, self._where(row[0])))
+                except (SessionFormatError, SessionFormatUnsupported) as exc:
+                    listing.append(DamagedSession(row[0], str(exc)))
+            return tuple(listing)
+
+        return await self._run(run)
+
+    async def check_integrity(self) -> tuple[str, ...]:
+        """The schema version, events whose session row is missing, then every session's
+        rows (checksums, heads, seqs, lineage); changes nothing. PostgreSQL checks its own
+        pages (with data checksums enabled by `initdb --data-checksums`)."""
+
+        def run(conn: psycopg.Connection) -> tuple[str, ...]:
+            problems: list[str] = []
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                orphans = conn.execute(
+                    "SELECT DISTINCT e.session_id FROM actorloop.events e WHERE NOT EXISTS "
+                    "(SELECT 1 FROM actorloop.sessions s WHERE s.id = e.session_id) "
+                    "ORDER BY 1 LIMIT 100"
+                ).fetchall()
+                problems.extend(
+                    f"postgres: events of session {sid!r} have no session row"
+                    for (sid,) in orphans
+                )
+                ids = conn.execute("SELECT id FROM actorloop.sessions ORDER BY listed").fetchall()
+                for (session_id,) in ids:
+                    try:
+                        stored = self._need(conn, session_id)
+                        self._load_all(conn, stored)
+                    except (SessionError, StoreError) as exc:
+                        problems.append(str(exc))
+            return tuple(problems)
+
+        return await self._run(run)
+
+    async def fork(self, parent_id: str, boundary: int, child_id: str) -> SessionMeta:
+        check_session_id(parent_id)
+        check_session_id(child_id)
+        if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
+            raise SessionForkError(
+                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary!r} is not a seq"
+            )
+        child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
+        claim = self._claims.of(child_id)
+        owned = claim is not None and claim.epoch is None
+
+        def run(conn: psycopg.Connection) -> int:
+            with conn.transaction():
+                parent = self._stored(conn, parent_id)
+                if parent is None:
+                    raise SessionForkError(
+                        ErrorCode.SESSION_NOT_FOUND, f"parent {parent_id!r} not found"
+                    )
+                if self._stored(conn, child_id) is not None:
+                    raise SessionForkError(
+                        ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
+                    )
+                if boundary >= parent.head:
+                    raise SessionForkError(
+                        ErrorCode.INVALID_BOUNDARY,
+                        f"boundary {boundary} is not a stored seq of {parent_id!r}",
+                    )
+                owner = parent.meta
+                seen: frozenset[str] = frozenset()
+                while owner.parent_session is not None and boundary < (owner.seed_length or 0):
+                    seen = seen | {owner.id}
+                    owner = self._need(conn, parent_of(owner, seen, self._where(owner.id))).meta
+                row = conn.execute(
+                    "SELECT type FROM actorloop.events WHERE session_id = %s AND seq = %s",
+                    (owner.id, boundary),
+                ).fetchone()
+                if row is None:
+                    raise SessionForkError(
+                        ErrorCode.INVALID_BOUNDARY,
+                        f"boundary {boundary} is not a stored seq of {parent_id!r}",
+                    )
+                if row[0] != "turn/end":
+                    raise SessionForkError(
+                        ErrorCode.INVALID_BOUNDARY,
+                        f"boundary {boundary} is a {row[0]}, not a turn/end",
+                    )
+                done = conn.execute(
+                    _INSERT_SESSION,
+                    (
+                        *session_row(child),
+                        self.node if owned else None,
+                        1 if owned else 0,
+                        owned,
+                        self.settings.lease_s,
+                    ),
+                ).fetchone()
+                if done is None:
+                    raise SessionForkError(
+                        ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
+                    )
+                return int(done[0])
+
+        epoch = await self._run(run)
+        if owned:
+            self._taken(claim, epoch)
+        return child
+
+    def claim(self, session_id: str) -> Lease:
+        """Reserve the session for a writer of this process; the database claim is taken by
+        the lease's first use (claims module docstring). SessionBusy if reserved here."""
+        if self._closed:
+            raise StoreError(f"postgres store {self.url} is closed")
+        return self._claims.claim(check_session_id(session_id))
+
+    async def acquire(self, lease: Lease) -> int:
+        """Take `lease`'s claim in the database now (where its first use would): its owner
+        epoch. SessionBusy if another live owner holds the session, SessionNotFound if
+        there is none; a fenced lease raises SessionFenced."""
+        claim = self._claims.held(lease, lease.session_id)
+
+        def run(conn: psycopg.Connection) -> int:
+            with conn.transaction():
+                return self._take(conn, lease.session_id, claim)[1]
+
+        epoch = await self._run(run)
+        self._taken(claim, epoch)
+        return epoch
+
+    # the lease keeper ------------------------------------------------------------------
+
+    def _ensure_keeper(self) -> None:
+        """Start the background task renewing this store's leases (and its node's
+        heartbeat), once; it is cancelled when the store closes."""
+        if self._keeper_scope is not None or self._closing:
+            return
+        self._keeper_scope = trio.CancelScope()
+        self._keeper_done = trio.Event()
+        trio.lowlevel.spawn_system_task(self._keep_leases, name=f"lease keeper {self.node}")
+
+    async def start_keeper(self) -> None:
+        """Heartbeat this node and renew its leases from now on (routing needs the
+        heartbeat before this store owns anything); the first round is done on return."""
+        await self._run(self._keep_round)
+        self._ensure_keeper()
+
+    async def write_releases(self) -> None:
+        """Write the lease releases owed to the database now. `Lease.release()` is
+        synchronous, so the keeper writes them in the background (woken at once); a caller
+        that needs the session unowned in the database before it goes on awaits this."""
+        await self._run(self._keep_round)
+
+    def _wake_keeper(self) -> None:
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            return  # not on the trio thread: the next round writes the release
+        self._wake.set()
+
+    async def _keep_leases(self) -> None:
+        assert self._keeper_scope is not None and self._keeper_done is not None
+        try:
+            with self._keeper_scope:
+                while True:
+                    with trio.move_on_after(self.settings.lease_s / 3):
+                        await self._wake.wait()
+                    self._wake = trio.Event()
+                    try:
+                        await self._run(self._keep_round)
+                    except Exception as exc:
+                        # A system task must not raise: the store reports and keeps trying;
+                        # leases that lapse meanwhile are fenced by their epochs, not lost.
+                        if not self._keeper_failing:
+                            log.warning("postgres %s: cannot renew leases: %s", self.url, exc)
+                        self._keeper_failing = True
+                    else:
+                        if self._keeper_failing:
+                            log.warning("postgres %s: renewing leases again", self.url)
+                        self._keeper_failing = False
+        finally:
+            self._keeper_done.set()
+
+    def _keep_round(self, conn: psycopg.Connection, *, final: bool = False) -> None:
+        """One round: write the owed releases, renew every lease still held (a lease whose
+        epoch moved on is fenced), and the node's heartbeat (removed when `final`)."""
+        releases = self._claims.take_releases()
+        owned = self._claims.owned()
+        try:
+            with conn.transaction():
+                if releases:
+                    conn.execute(
+                        "UPDATE actorloop.sessions AS s SET owner_node = NULL, "
+                        "lease_expires = NULL FROM unnest(%s::text[], %s::bigint[]) AS "
+                        "v(id, epoch) WHERE s.id = v.id AND s.owner_epoch = v.epoch "
+                        "AND s.owner_node = %s",
+                        ([sid for sid, _ in releases], [e for _, e in releases], self.node),
+                    )
+                renewed: set[str] = set()
+                if owned:
+                    renewed = {
+                        row[0]
+                        for row in conn.execute(
+                            "UPDATE actorloop.sessions AS s SET lease_expires = now() + %s * "
+                            "interval '1 second' FROM unnest(%s::text[], %s::bigint[]) AS "
+                            "v(id, epoch) WHERE s.id = v.id AND s.owner_epoch = v.epoch "
+                            "RETURNING s.id",
+                            (
+                                self.settings.lease_s,
+                                [claim.session_id for claim, _ in owned],
+                                [epoch for _, epoch in owned],
+                            ),
+                        )
+                    }
+                lost = [(claim, epoch) for claim, epoch in owned if claim.session_id not in renewed]
+                current: dict[str, tuple[int, str | None]] = {}
+                if lost:
+                    current = {
+                        row[0]: (row[1], row[2])
+                        for row in conn.execute(
+                            "SELECT id, owner_epoch, owner_node FROM actorloop.sessions "
+                            "WHERE id = ANY(%s)",
+                            ([claim.session_id for claim, _ in lost],),
+                        )
+                    }
+                if final:
+                    conn.execute("DELETE FROM actorloop.nodes WHERE id = %s", (self.node,))
+                else:
+                    conn.execute(
+                        "INSERT INTO actorloop.nodes (id, expires) VALUES "
+                        "(%s, now() + %s * interval '1 second') ON CONFLICT (id) DO UPDATE "
+                        "SET expires = excluded.expires",
+                        (self.node, self.settings.lease_s),
+                    )
+        except BaseException:
+            self._claims.give_back(releases)
+            raise
+        for claim, epoch in lost:
+            now_epoch, node = current.get(claim.session_id, (None, None))
+            error = self._claims.fence(claim, now_epoch, f", by node {node!r}")
+            log.error("postgres %s: fenced: %s", self.url, error)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closing = True
+        if self._keeper_scope is not None:
+            self._keeper_scope.cancel()
+            assert self._keeper_done is not None
+            await self._keeper_done.wait()
+        # Every lease still held is given back now, so another instance can claim its
+        # session at once instead of waiting for the lease to expire.
+        self._claims.release_all()
+        if self._pool is not None:
+            try:
+                await self._run(partial(self._keep_round, final=True))
+            except ActorloopError as exc:
+                log.warning("postgres %s: leases not released on close: %s", self.url, exc)
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await trio.to_thread.run_sync(pool.close)
