@@ -37,7 +37,10 @@ from actorloop.runtime.verify import verify_log
 IDS = ("a", "b", "c")
 
 
-def url_for(kind: str, tmp_path: Path) -> str:
+def url_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest | None = None) -> str:
+    if kind == "postgres":
+        assert request is not None
+        return str(request.getfixturevalue("pg_url"))
     return {
         "memory": "memory:",
         "sqlite": f"sqlite:{tmp_path / 'iso.db'}",
@@ -45,16 +48,16 @@ def url_for(kind: str, tmp_path: Path) -> str:
     }[kind]
 
 
-@pytest.fixture(params=("memory", "sqlite", "jsonl"))
+@pytest.fixture(params=("memory", "sqlite", "jsonl", "postgres"))
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    opened = open_store(url_for(request.param, tmp_path))
+    opened = open_store(url_for(request.param, tmp_path, request))
     yield opened
     await opened.close()
 
 
-@pytest.fixture(params=("sqlite", "jsonl"))
+@pytest.fixture(params=("sqlite", "jsonl", "postgres"))
 async def durable(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    opened = open_store(url_for(request.param, tmp_path))
+    opened = open_store(url_for(request.param, tmp_path, request))
     yield opened
     await opened.close()
 
@@ -210,11 +213,11 @@ async def test_an_unreported_session_failure_fails_aclose(durable: Store) -> Non
 OPTIONS = AgentOptions(model="m")
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgres"])
 async def test_only_the_agent_whose_session_cannot_be_written_fails(
-    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
 ) -> None:
-    url = url_for(kind, tmp_path)
+    url = url_for(kind, tmp_path, request)
     async with open_runtime(EchoProvider(), store=url) as rt:
         victim = await rt.spawn(OPTIONS, session_id="victim")
         siblings = [await rt.spawn(OPTIONS, session_id=f"sib{n}") for n in range(3)]
@@ -272,13 +275,13 @@ async def test_every_barrier_of_the_failed_session_in_that_round_fails(durable: 
     assert (await durable.load("b", repair=False))[1] == logs["b"].events[:5]
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl", "postgres"])
 async def test_a_lone_surrogate_fails_only_its_own_turn_in_every_store(
-    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
 ) -> None:
     """The case that took every agent down: a "\\ud800" sent by one agent used to pass the
     append and break the group commit (and the runtime's exit) for all of them."""
-    url = url_for(kind, tmp_path)
+    url = url_for(kind, tmp_path, request)
     with caplog.at_level(logging.CRITICAL, logger="actorloop"):
         async with open_runtime(EchoProvider(), store=url) as rt:
             bad = await rt.spawn(OPTIONS, session_id="bad")

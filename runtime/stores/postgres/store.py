@@ -324,7 +324,7 @@ class PostgresStore:
             raise claim.fenced
         if claim.epoch is not None:
             if owner.epoch != claim.epoch:
-                raise self._claims.fence(claim, owner.epoch, f", by node {owner.node!r}")
+                raise self._fence(claim, owner.epoch, owner.node)
             return claim.epoch
         if not self._claimable(owner):
             raise self._busy(session_id, owner, "; refusing a second writer")
@@ -341,6 +341,14 @@ class PostgresStore:
                 (epoch, self.node, self.settings.lease_s, session_id),
             )
         return stored, epoch
+
+    def _fence(self, claim: Claim, current: int | None, node: str | None) -> SessionFenced:
+        """Fence `claim` for good, reported once (this node's writer of it stops)."""
+        first = claim.fenced is None
+        error = self._claims.fence(claim, current, f", by node {node!r}")
+        if first:
+            log.error("postgres %s: node %s fenced: %s", self.url, self.node, error)
+        return error
 
     def _taken(self, claim: Claim | None, epoch: int) -> None:
         """After a commit: `claim` holds `epoch` in the database (renewed from now on)."""
@@ -874,10 +882,9 @@ class PostgresStore:
         except BaseException:
             self._claims.give_back(releases)
             raise
-        for claim, epoch in lost:
+        for claim, _epoch in lost:
             now_epoch, node = current.get(claim.session_id, (None, None))
-            error = self._claims.fence(claim, now_epoch, f", by node {node!r}")
-            log.error("postgres %s: fenced: %s", self.url, error)
+            self._fence(claim, now_epoch, node)
 
     async def close(self) -> None:
         if self._closed:
