@@ -1,4 +1,5 @@
-"""Fixtures shared by the tests: a real local SSE server, a recorded backoff, and a real PostgreSQL server with a fresh database per test."""
+"""Fixtures shared by the tests: a real local SSE server, a recorded backoff, and a real
+PostgreSQL server (tests/pg_server.py) whose store schema is emptied before each test."""
 
 from __future__ import annotations
 

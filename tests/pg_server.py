@@ -58,7 +58,9 @@ class PgServer:
             return Path(configured)
         found = sorted(
             Path("/usr/lib/postgresql").glob("*/bin/initdb"),
-            key=lambda path: int(path.parent.parent.name) if path.parent.parent.name.isdigit() else 0,
+            key=lambda path: (
+                int(path.parent.parent.name) if path.parent.parent.name.isdigit() else 0
+            ),
         )
         return found[-1].parent if found else None
 
@@ -94,7 +96,9 @@ class PgServer:
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} "
             "-c max_connections=300 -c shared_buffers=64MB"
         )
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-o", options, "-w", "start")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-o", options, "-w", "start"
+        )
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (`fast`: disconnect every client, a clean shutdown; `immediate`:

@@ -231,9 +231,7 @@ async def test_a_fenced_agent_stops_and_writes_nothing(
 async def test_a_fork_stores_only_a_pointer(store: PostgresStore, pg_url: str) -> None:
     await stored(store, closed_log("parent", 4))
     await store.fork("parent", 38, "child")
-    counts = sql(
-        pg_url, "SELECT session_id, count(*) FROM actorloop.events GROUP BY 1 ORDER BY 1"
-    )
+    counts = sql(pg_url, "SELECT session_id, count(*) FROM actorloop.events GROUP BY 1 ORDER BY 1")
     assert counts == [("parent", 52)]
     assert sql(
         pg_url, "SELECT parent, seed_length, head FROM actorloop.sessions WHERE id = 'child'"
@@ -300,14 +298,17 @@ async def test_a_row_the_server_refuses_fails_only_its_session(
         await store.create(session.meta)
     sql(
         pg_url,
-        "ALTER TABLE actorloop.events ADD CONSTRAINT small_bodies CHECK (octet_length(body) < 4000)",
+        "ALTER TABLE actorloop.events "
+        "ADD CONSTRAINT small_bodies CHECK (octet_length(body) < 4000)",
     )
     long = Session.create("b")
     from session_logs import begin_turn
 
     begin_turn(long, "x" * 5000)
     with pytest.raises(GroupCommitError) as info:
-        await store.append_batch([("a", logs["a"].events), ("b", long.events), ("c", logs["c"].events)])
+        await store.append_batch(
+            [("a", logs["a"].events), ("b", long.events), ("c", logs["c"].events)]
+        )
     [(failed, error)] = info.value.failures
     assert failed == "b" and isinstance(error, StoreError)
     assert isinstance(error.__cause__, psycopg.errors.CheckViolation)

@@ -225,10 +225,12 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ping_seconds: float = 15,
     routes: Sequence[BaseRoute] = (),
+    gate: Callable[[ASGIApp], ASGIApp] | None = None,
 ) -> ASGIApp:
     """The ASGI app over `service`: `/healthz`, `/openapi.json` and the `/v1` routes
     (bearer-token protected when `token` is set; bodies above `max_body_bytes` get 413),
-    then `routes` (what another edge adds, e.g. a web inspector at `/`)."""
+    then `routes` (what another edge adds, e.g. a web inspector at `/`). `gate` wraps the
+    routes inside the token and body checks (routing between instances)."""
     openapi = orjson.dumps(openapi_document(auth=token is not None))
 
     async def health(_request: Request) -> Response:
@@ -360,10 +362,12 @@ def create_app(
         Route("/v1/sessions/{id}/requests/{seq}", _endpoint(rebuilt_request), methods=["GET"]),
         Route("/v1/sessions/{id}/verify", _endpoint(verify), methods=["GET"]),
     ]
-    app: ASGIApp = _BodyLimit(
-        Starlette(routes=[*own, *routes], exception_handlers={HTTPException: _http_exception}),
-        max_body_bytes,
+    inner: ASGIApp = Starlette(
+        routes=[*own, *routes], exception_handlers={HTTPException: _http_exception}
     )
+    if gate is not None:
+        inner = gate(inner)
+    app: ASGIApp = _BodyLimit(inner, max_body_bytes)
     if token is not None:
         app = BearerAuth(app, token)
     return _DrainGate(app, service)

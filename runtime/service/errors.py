@@ -26,6 +26,7 @@ from actorloop.runtime.errors import (
     SessionBusy,
     SessionCorruptError,
     SessionExists,
+    SessionFenced,
     SessionForkError,
     SessionFormatError,
     SessionFormatUnsupported,
@@ -73,6 +74,8 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.INTERNAL_ERROR: 500,
     ErrorCode.SERVER_DRAINING: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
+    ErrorCode.SESSION_FENCED: 409,
+    ErrorCode.OWNER_LOST: 503,
 }
 """Every code an error body can carry, with its status."""
 
@@ -93,6 +96,7 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (RuntimeClosed, ErrorCode.SERVER_DRAINING),
     (ProviderNotConfigured, ErrorCode.PROVIDER_NOT_CONFIGURED),
     (VerificationFailed, ErrorCode.REQUEST_DIGEST_MISMATCH),
+    (SessionFenced, ErrorCode.SESSION_FENCED),
     (StoreError, ErrorCode.STORE_UNAVAILABLE),
 )
 

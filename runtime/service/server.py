@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 from attrs import frozen
@@ -22,6 +24,9 @@ from actorloop.runtime.service.idempotency import DEFAULT_TTL_S, IdempotencyKeys
 from actorloop.runtime.service.profiles import AppConfig
 from actorloop.runtime.service.schemas import TurnOutcome
 from actorloop.runtime.service.service import SessionService
+
+if TYPE_CHECKING:
+    from actorloop.runtime.service.routing import Router
 
 log = logging.getLogger("actorloop.serve")
 
@@ -116,11 +121,13 @@ async def serve(
             trio.open_nursery() as nursery,
         ):
             control.attach(service)
+            router = await start_routing(service, nursery)
             app = create_app(
                 service,
                 token=settings.token,
                 max_body_bytes=settings.max_body_bytes,
                 routes=routes,
+                gate=None if router is None else router.gate,
             )
             binds = await nursery.start(
                 partial(
@@ -136,7 +143,27 @@ async def serve(
             running = sum(1 for agent in runtime.agents if agent.status == "running")
             log.info("draining: %d running turn(s), grace %.1f s", running, settings.grace_seconds)
             await service.shutdown(settings.grace_seconds)
+            if router is not None:
+                router.stop()
     log.info("stopped: sessions flushed, store closed")
+
+
+async def start_routing(service: SessionService, nursery: trio.Nursery) -> Router | None:
+    """With a PostgreSQL store (several instances may share it): route between instances
+    (runtime/service/routing.py), its task started in `nursery`; None for other stores."""
+    # A PostgreSQL store was opened through its module: when that is not loaded, the store
+    # is another kind (and psycopg need not be installed).
+    module = sys.modules.get("actorloop.runtime.stores.postgres.store")
+    store = service.runtime.store
+    if module is None or not isinstance(store, module.PostgresStore):
+        return None
+    from actorloop.runtime.service.routing import Router
+
+    router = Router(service, store)
+    await nursery.start(router.run)
+    service.follow_durable = router.wait_for_head
+    log.info("routing between instances as node %s", router.node)
+    return router
 
 
 async def serve_until_signalled(

@@ -5,7 +5,7 @@ profile, resume on demand, one run per session, idempotency keys, and the drain
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -148,6 +148,9 @@ class SessionService:
         self._resuming: dict[str, trio.Lock] = {}
         self._generation: dict[str, int] = {}
         self._started = trio.lowlevel.ParkingLot()
+        self.follow_durable: Callable[[str, int], Awaitable[None]] | None = None
+        """Set by routing (several instances on one store): wait until a session's durable
+        log holds more than the given number of events."""
         self._unsubscribe = (
             runtime.on("agent/session-start", self._session_started),
             runtime.on("agent/status", self._status_changed),
@@ -182,8 +185,26 @@ class SessionService:
         """How many loop instances have started on `session_id` in this runtime."""
         return self._generation.get(session_id, 0)
 
-    async def wait_for_agent(self, session_id: str, generation: int) -> None:
-        """Wait until a loop instance newer than `generation` starts on `session_id`."""
+    async def wait_for_agent(
+        self, session_id: str, generation: int, durable: int | None = None
+    ) -> None:
+        """Wait until a loop instance newer than `generation` starts on `session_id` — or,
+        with `durable` and another instance able to run it (`follow_durable`, set by
+        routing), until its durable log holds more than `durable` events."""
+        follow = self.follow_durable
+        if follow is None or durable is None:
+            await self._local_agent(session_id, generation)
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def first(wait: Awaitable[None]) -> None:
+                await wait
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(first, self._local_agent(session_id, generation))
+            nursery.start_soon(first, follow(session_id, durable))
+
+    async def _local_agent(self, session_id: str, generation: int) -> None:
         while self.generation(session_id) == generation:
             await self._started.park()
 

@@ -31,7 +31,8 @@ async def produce_events(
     A live agent's events come from its log in memory (`agent.events`), a stored
     session's from the store without repair (`load_session(..., repair=False)`: no lease,
     nothing written). Following a session that is not live waits for a loop instance to
-    start on it (a send resumes it) and goes on from there.
+    start on it (a send resumes it) and goes on from there — or, when another instance may
+    run it (routing), for its durable log to grow, and goes on from the store.
     """
     cursor = after + 1
     async with out:
@@ -55,7 +56,7 @@ async def produce_events(
                         cursor = event.seq + 1
                     if not follow:
                         return
-                    await service.wait_for_agent(session_id, generation)
+                    await service.wait_for_agent(session_id, generation, durable=cursor)
             except ActorloopError as exc:
                 # The response has started: the status can no longer say it. The stream
                 # ends; a client resumes with Last-Event-ID once the cause is gone.

@@ -101,7 +101,9 @@ def _positive(name: str, raw: str | None, default: float, *, low: float, high: f
     try:
         value = float(raw)
     except ValueError:
-        raise StoreUrlError(f"store URL: ?{name}= must be a number of seconds, got {raw!r:.40}")
+        raise StoreUrlError(
+            f"store URL: ?{name}= must be a number of seconds, got {raw!r:.40}"
+        ) from None
     if not math.isfinite(value) or not low <= value <= high:
         raise StoreUrlError(f"store URL: ?{name}= must be {low}..{high} seconds, got {raw!r:.40}")
     return value

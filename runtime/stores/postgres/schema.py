@@ -62,7 +62,6 @@ _DDL = (
         request bytea NOT NULL,
         body bytea NOT NULL,
         state text NOT NULL DEFAULT 'pending',
-        taken_head bigint,
         cancel_requested boolean NOT NULL DEFAULT false,
         status integer,
         response bytea,
@@ -115,7 +114,6 @@ def _installed(conn: psycopg.Connection) -> bool:
     if version != SCHEMA_VERSION:
         newer = "newer than this build reads" if version > SCHEMA_VERSION else "unknown"
         raise SessionFormatUnsupported(
-            f"postgres: schema version {version} is {newer} ({SCHEMA_VERSION}); "
-            "refusing to use it"
+            f"postgres: schema version {version} is {newer} ({SCHEMA_VERSION}); refusing to use it"
         )
     return True

@@ -73,7 +73,7 @@ from actorloop.runtime.stores.base import (
 from actorloop.runtime.stores.ids import check_session_id
 from actorloop.runtime.stores.leases import Lease, busy_error
 from actorloop.runtime.stores.postgres import schema
-from actorloop.runtime.stores.postgres.claims import CLAIMABLE, Claim, Claims
+from actorloop.runtime.stores.postgres.claims import Claim, Claims
 from actorloop.runtime.stores.postgres.config import PgSettings, parse_url
 
 T = TypeVar("T")
@@ -207,6 +207,21 @@ class PostgresStore:
             raise _unavailable(self.settings, exc) from exc
         except psycopg.Error as exc:
             raise StoreError(f"postgres {self.url}: {type(exc).__name__}: {exc}") from exc
+
+    async def execute(self, work: Callable[[psycopg.Connection], T]) -> T:
+        """Run `work(connection)` on a pooled connection in a worker thread (for the other
+        modules of this package, e.g. the inbox); errors typed as the store's own."""
+        return await self._run(work)
+
+    def connect(self) -> psycopg.Connection:
+        """A new connection of its own, outside the pool (blocking: call it in a worker
+        thread), e.g. to LISTEN; the caller closes it."""
+        try:
+            return psycopg.connect(
+                self.settings.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            )
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.settings, exc) from exc
 
     async def _run(self, work: Callable[[psycopg.Connection], T]) -> T:
         if self._closed:
@@ -601,9 +616,7 @@ class PostgresStore:
                 events = self._load_all(conn, stored)
                 fixes = plan_repair(stored.meta, events, locate)
                 if fixes:
-                    if self._claims.of(session_id) is not None or not self._claimable(
-                        stored.owner
-                    ):
+                    if self._claims.of(session_id) is not None or not self._claimable(stored.owner):
                         raise refuse_live_repair(session_id, "its last turn has no turn/end")
                     # A temporary claim: the closers are written under a new epoch, and the
                     # session is left unowned.
@@ -631,7 +644,9 @@ class PostgresStore:
         try:
             self._write(conn, {session_id: write}, {}, isolate=False)
         except _RowRefused as exc:
-            raise StoreError(f"postgres {self.url}: repair of {session_id!r}: {exc.__cause__}") from exc
+            raise StoreError(
+                f"postgres {self.url}: repair of {session_id!r}: {exc.__cause__}"
+            ) from exc
 
     async def exists(self, session_id: str) -> bool:
         check_session_id(session_id)
@@ -673,8 +688,7 @@ class PostgresStore:
                     "ORDER BY 1 LIMIT 100"
                 ).fetchall()
                 problems.extend(
-                    f"postgres: events of session {sid!r} have no session row"
-                    for (sid,) in orphans
+                    f"postgres: events of session {sid!r} have no session row" for (sid,) in orphans
                 )
                 ids = conn.execute("SELECT id FROM actorloop.sessions ORDER BY listed").fetchall()
                 for (session_id,) in ids:

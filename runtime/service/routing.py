@@ -1,0 +1,396 @@
+"""Routing between `actorloop serve` instances sharing a PostgreSQL store: a request for a
+session another live instance owns is handed to the owner (a durable inbox row, NOTIFY as
+the wake-up, polling as the fallback) and its answer comes back to the caller; a request
+for an unowned or expired session is served here, which claims it (replay, then run). Event
+streams of sessions live elsewhere follow the durable log (docs/deployment.md,
+docs/spec/persistence.md §11).
+
+`RoutingGate` is the ASGI side (which request goes where); `Router` owns the inbox work:
+one task per node polls (or is woken) for rows to take, answers to read, cancels to pass
+on and heads of followed sessions, and each request taken from the inbox runs through this
+instance's own app as if it had arrived here.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+
+import orjson
+import trio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from actorloop.runtime.errors import ActorloopError, InvalidSessionId, OwnerLost, sole_error
+from actorloop.runtime.service.errors import response_for
+from actorloop.runtime.service.service import SessionService
+from actorloop.runtime.stores.ids import check_session_id
+from actorloop.runtime.stores.postgres.inbox import Handed, Inbox, Listener, RowState
+from actorloop.runtime.stores.postgres.store import PostgresStore
+
+log = logging.getLogger("actorloop.service")
+
+FORWARDED = "actorloop.forwarded"
+"""ASGI scope extension marking a request taken from the inbox (never handed on again)."""
+
+_ROUTED = re.compile(r"^/v1/sessions/([^/]+)(?:/(messages|steer|inject|cancel|resume))?$")
+"""The routes that act on (or read the status of) a live agent; the rest read the durable
+log, which every instance can (events, requests, verify), or create a session (fork)."""
+_ROUTED_METHODS = {None: ("GET", "DELETE")}
+
+
+def routed_session(scope: Scope) -> str | None:
+    """The session a request must reach the owner of, or None (served where it arrived)."""
+    if scope.get("type") != "http" or FORWARDED in scope.get("extensions", {}):
+        return None
+    match = _ROUTED.match(scope.get("path", ""))
+    if match is None:
+        return None
+    method = scope.get("method", "GET")
+    if method not in _ROUTED_METHODS.get(match.group(2), ("POST",)):
+        return None
+    return match.group(1)
+
+
+class _Waiter:
+    """A request this node handed to another: woken whenever its row state is read."""
+
+    __slots__ = ("changed", "state")
+
+    def __init__(self) -> None:
+        self.state: RowState | None = None
+        self.changed = trio.Event()
+
+
+class Router:
+    """The inbox work of one serve instance (see the module docstring). Run it with
+    `nursery.start(router.run)`; `attach(app)` names the app forwarded requests run in."""
+
+    def __init__(self, service: SessionService, store: PostgresStore) -> None:
+        self.service = service
+        self.store = store
+        self.node = store.node
+        self.inbox = Inbox(store)
+        self.poll_s = store.settings.poll_s
+        self._app: ASGIApp | None = None
+        self._nursery: trio.Nursery | None = None
+        self._waiting: dict[int, _Waiter] = {}
+        self._handling: dict[int, trio.Event] = {}
+        self._following: dict[str, dict[int, trio.Event]] = {}
+        self._follow_ids = 0
+        self._wake = trio.Event()
+        self._finished: list[int] = []
+        self._scope = trio.CancelScope()
+        self._failing = False
+
+    def gate(self, app: ASGIApp) -> ASGIApp:
+        """`app` behind the routing gate (what `create_app(gate=...)` takes)."""
+        return RoutingGate(app, self)
+
+    def attach(self, app: ASGIApp) -> None:
+        """The app a forwarded request runs through (the routes, below auth and limits)."""
+        self._app = app
+
+    # the node's task ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """End `run` (after the drain: nothing is taken from the inbox any more)."""
+        self._scope.cancel()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Heartbeat this node, then poll until `stop()`."""
+        await self.store.start_keeper()
+        listener = Listener(self.store)
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    task_status.started()
+                    await self._poll(listener)
+        finally:
+            listener.close()
+
+    async def _poll(self, listener: Listener) -> None:
+        while True:
+            try:
+                await self._tick()
+            except ActorloopError as exc:
+                if not self._failing:
+                    log.warning("routing: %s", exc)
+                self._failing = True
+            else:
+                self._failing = False
+            if self._wake.is_set():
+                self._wake = trio.Event()
+                await trio.lowlevel.checkpoint()
+                continue
+            await trio.to_thread.run_sync(listener.wait, self.poll_s)
+
+    async def _tick(self) -> None:
+        if not self.service.drain.draining:
+            for handed in await self.inbox.take():
+                assert self._nursery is not None
+                cancel = self._handling[handed.id] = trio.Event()
+                self._nursery.start_soon(self._handle, handed, cancel)
+        if self._waiting:
+            states = await self.inbox.states(tuple(self._waiting))
+            for row_id, waiter in self._waiting.items():
+                waiter.state = states.get(row_id)
+                waiter.changed.set()
+        if self._handling:
+            for row_id in await self.inbox.cancelled(tuple(self._handling)):
+                cancel = self._handling.get(row_id)
+                if cancel is not None:
+                    cancel.set()
+        if self._following:
+            heads = await self.inbox.heads(tuple(self._following))
+            for session_id, waiters in self._following.items():
+                if session_id in heads:
+                    for event in waiters.values():
+                        event.set()
+        if self._finished:
+            done, self._finished = self._finished, []
+            await self.inbox.forget(done)
+
+    # handing a request on ----------------------------------------------------------------
+
+    async def owner_elsewhere(self, session_id: str) -> str | None:
+        """The live node other than this one owning `session_id`, or None (serve it here:
+        it is live here, unowned, expired, or unknown)."""
+        try:
+            check_session_id(session_id)
+        except InvalidSessionId:
+            return None  # the route answers the error
+        if self.service.runtime.get(session_id) is not None:
+            return None
+        owner = await self.store.owner(session_id)
+        if owner is None or owner.node is None or owner.node == self.node or not owner.live:
+            return None
+        return owner.node
+
+    async def hand(
+        self, session_id: str, target: str, scope: Scope, body: bytes
+    ) -> tuple[int, bytes] | None:
+        """Hand the request to `target` and wait for its answer (status, JSON body); None
+        when the target died before taking it: serve it here once the session is
+        claimable. OwnerLost when it died after taking it."""
+        head = orjson.dumps(
+            {
+                "method": scope["method"],
+                "path": scope["path"],
+                "query": scope.get("query_string", b"").decode("latin-1"),
+                "headers": [
+                    [name.decode("latin-1"), value.decode("latin-1")]
+                    for name, value in scope.get("headers", ())
+                    if name.lower() in (b"content-type", b"last-event-id")
+                ],
+            }
+        )
+        row_id = await self.inbox.hand(session_id, target, head, body)
+        waiter = self._waiting[row_id] = _Waiter()
+        self._wake.set()
+        try:
+            while True:
+                await waiter.changed.wait()
+                waiter.changed = trio.Event()
+                state = waiter.state
+                if state is None:
+                    raise OwnerLost(f"the request handed to node {target!r} disappeared")
+                if state.state == "done":
+                    assert state.status is not None and state.response is not None
+                    self._finished.append(row_id)
+                    return state.status, state.response
+                if state.target_alive:
+                    continue
+                if state.state == "pending" and await self.inbox.withdraw(row_id):
+                    self._finished.append(row_id)
+                    await self._until_claimable(session_id, target)
+                    return None
+                if state.state == "taken":
+                    raise OwnerLost(
+                        f"node {target!r}, owner of session {session_id!r}, died while "
+                        "handling this request; the session is taken over once its lease "
+                        "expires. Read its events to see whether the request took effect, "
+                        "then retry"
+                    )
+        except BaseException:
+            if waiter.state is None or waiter.state.state not in ("done", "withdrawn"):
+                with trio.CancelScope(shield=True):
+                    try:
+                        await self.inbox.cancel(row_id)
+                    except ActorloopError as exc:
+                        log.warning("routing: could not withdraw request %d: %s", row_id, exc)
+            raise
+        finally:
+            del self._waiting[row_id]
+
+    async def _until_claimable(self, session_id: str, dead: str) -> None:
+        """Wait until the dead node's lease on `session_id` lapsed (a lease expiry is a real
+        time-based event: the database's clock decides it; polled)."""
+        while True:
+            owner = await self.store.owner(session_id)
+            if owner is None or owner.node != dead or not owner.live:
+                return
+            await trio.sleep(self.poll_s)
+
+    # serving a request handed here ----------------------------------------------------
+
+    async def _handle(self, handed: Handed, cancel: trio.Event) -> None:
+        try:
+            status, body = await self._run_forwarded(handed, cancel)
+            await self.inbox.answer(handed.id, status, body)
+        except Exception as exc:
+            log.warning("routing: request %d for %s failed: %r", handed.id, handed.session_id, exc)
+            try:
+                response = response_for(sole_error(exc))
+                await self.inbox.answer(handed.id, response.status_code, bytes(response.body))
+            except ActorloopError:
+                pass  # its sender sees this node alive and waits; a restart answers it
+        finally:
+            self._handling.pop(handed.id, None)
+
+    async def _run_forwarded(self, handed: Handed, cancel: trio.Event) -> tuple[int, bytes]:
+        assert self._app is not None
+        head = orjson.loads(handed.request)
+        scope: Scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": head["method"],
+            "scheme": "http",
+            "path": head["path"],
+            "raw_path": head["path"].encode(),
+            "query_string": head["query"].encode("latin-1"),
+            "root_path": "",
+            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in head["headers"]],
+            "server": None,
+            "client": None,
+            "extensions": {FORWARDED: {"row": handed.id}},
+        }
+        sent_body = False
+        status = 500
+        chunks: list[bytes] = []
+
+        async def receive() -> Message:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": handed.body, "more_body": False}
+            await cancel.wait()  # the caller at the other instance went away
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body":
+                chunks.append(bytes(message.get("body", b"")))
+
+        await self._app(scope, receive, send)
+        return status, b"".join(chunks)
+
+    # event streams of sessions live elsewhere -------------------------------------------
+
+    async def wait_for_head(self, session_id: str, beyond: int) -> None:
+        """Return once the durable log of `session_id` holds more than `beyond` events."""
+        waiters = self._following.setdefault(session_id, {})
+        self._follow_ids += 1
+        key = self._follow_ids
+        try:
+            while True:
+                event = waiters[key] = trio.Event()
+                await event.wait()
+                heads = await self.inbox.heads((session_id,))
+                if heads.get(session_id, 0) > beyond:
+                    return
+        finally:
+            waiters.pop(key, None)
+            if not waiters:
+                self._following.pop(session_id, None)
+
+
+class RoutingGate:
+    """ASGI middleware: a request for a session another live instance owns is handed to it
+    (`Router.hand`) and its answer sent back; everything else goes to `app`."""
+
+    def __init__(self, app: ASGIApp, router: Router) -> None:
+        self.app = app
+        self.router = router
+        router.attach(app)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        session_id = routed_session(scope)
+        if session_id is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            target = await self.router.owner_elsewhere(session_id)
+        except ActorloopError as exc:
+            await response_for(exc)(scope, receive, send)
+            return
+        if target is None:
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        answer: tuple[int, bytes] | None = None
+        gone = False
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    nonlocal gone
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    gone = True
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+                answer = await self.router.hand(session_id, target, scope, body)
+                nursery.cancel_scope.cancel()
+        except ActorloopError as exc:
+            await response_for(exc)(scope, receive, send)
+            return
+        if gone:
+            return  # nobody reads it: the client is gone
+        if answer is None:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        status, payload = answer
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
+    """A `receive` that hands over an already read body, then the client's own messages
+    (its disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
