@@ -133,10 +133,13 @@ class Router:
                 cancel = self._handling[handed.id] = trio.Event()
                 self._nursery.start_soon(self._handle, handed, cancel)
         if self._waiting:
-            states = await self.inbox.states(tuple(self._waiting))
-            for row_id, waiter in self._waiting.items():
-                waiter.state = states.get(row_id)
-                waiter.changed.set()
+            asked = tuple(self._waiting)
+            states = await self.inbox.states(asked)
+            for row_id in asked:
+                waiter = self._waiting.get(row_id)
+                if waiter is not None:
+                    waiter.state = states.get(row_id)
+                    waiter.changed.set()
         if self._handling:
             for row_id in await self.inbox.cancelled(tuple(self._handling)):
                 cancel = self._handling.get(row_id)
@@ -347,8 +350,11 @@ class RoutingGate:
                 nursery.start_soon(watch)
                 answer = await self.router.hand(session_id, target, scope, body)
                 nursery.cancel_scope.cancel()
-        except ActorloopError as exc:
-            await response_for(exc)(scope, receive, send)
+        except Exception as exc:
+            leaf = sole_error(exc)
+            if not isinstance(leaf, ActorloopError):
+                raise
+            await response_for(leaf)(scope, receive, send)
             return
         if gone:
             return  # nobody reads it: the client is gone

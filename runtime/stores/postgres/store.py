@@ -80,8 +80,11 @@ T = TypeVar("T")
 log = logging.getLogger("actorloop.stores.postgres")
 
 CONNECT_TIMEOUT_S = 5
-"""libpq's connect timeout unless the URL sets one; also how long a call waits for a pooled
-connection before it is `StoreUnavailable`."""
+"""libpq's connect timeout unless the URL sets one."""
+POOL_WAIT_S = 2.0
+"""How long a call waits for a pooled connection before it is `StoreUnavailable`. Calls are
+limited to the pool's size, so a call waits only while connections cannot be made (the
+database is down or unreachable): it fails soon, typed, rather than hang."""
 
 _SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
 _OWNER_COLUMNS = "owner_node, owner_epoch, coalesce(lease_expires > now(), false)"
@@ -184,7 +187,7 @@ class PostgresStore:
                     max_size=self.settings.pool_max,
                     kwargs=kwargs,
                     open=False,
-                    timeout=CONNECT_TIMEOUT_S,
+                    timeout=POOL_WAIT_S,
                     check=ConnectionPool.check_connection,
                     name=f"actorloop-{self.node}",
                 )
