@@ -126,16 +126,18 @@ async def failover(url: str, sessions: int, lease_s: float) -> dict[str, Any]:
         await setup.append(session_id, log.events)
     await setup.close()
     owner_url = f"{url}?lease_s={lease_s:g}&node=doomed"
-    child = subprocess.Popen(
-        [sys.executable, "-c", _OWNER, owner_url, ",".join(ids)],
-        stdout=subprocess.PIPE,
-        text=True,
+    child = await trio.to_thread.run_sync(
+        lambda: subprocess.Popen(
+            [sys.executable, "-c", _OWNER, owner_url, ",".join(ids)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
     )
     assert child.stdout is not None
     assert (await trio.to_thread.run_sync(child.stdout.readline)).strip() == "owned"
     child.send_signal(signal.SIGKILL)
     killed = time.perf_counter()
-    child.wait()
+    await trio.to_thread.run_sync(child.wait)
     taker = PostgresStore(f"{url}?lease_s={lease_s:g}&node=taker")
     claimed: dict[str, float] = {}
 

@@ -3,7 +3,7 @@ session another live instance owns is handed to the owner (a durable inbox row, 
 the wake-up, polling as the fallback) and its answer comes back to the caller; a request
 for an unowned or expired session is served here, which claims it (replay, then run). Event
 streams of sessions live elsewhere follow the durable log (docs/deployment.md,
-docs/spec/persistence.md §11).
+docs/spec/persistence.md §10).
 
 `RoutingGate` is the ASGI side (which request goes where); `Router` owns the inbox work:
 one task per node polls (or is woken) for rows to take, answers to read, cancels to pass
@@ -36,7 +36,8 @@ FORWARDED = "actorloop.forwarded"
 _ROUTED = re.compile(r"^/v1/sessions/([^/]+)(?:/(messages|steer|inject|cancel|resume))?$")
 """The routes that act on (or read the status of) a live agent; the rest read the durable
 log, which every instance can (events, requests, verify), or create a session (fork)."""
-_ROUTED_METHODS = {None: ("GET", "DELETE")}
+_BARE_METHODS = ("GET", "DELETE")
+"""What is routed on `/v1/sessions/{id}` itself; every action below it is a POST."""
 
 
 def routed_session(scope: Scope) -> str | None:
@@ -47,7 +48,7 @@ def routed_session(scope: Scope) -> str | None:
     if match is None:
         return None
     method = scope.get("method", "GET")
-    if method not in _ROUTED_METHODS.get(match.group(2), ("POST",)):
+    if method not in (_BARE_METHODS if match.group(2) is None else ("POST",)):
         return None
     return match.group(1)
 
@@ -130,7 +131,8 @@ class Router:
         if not self.service.drain.draining:
             for handed in await self.inbox.take():
                 assert self._nursery is not None
-                cancel = self._handling[handed.id] = trio.Event()
+                cancel = trio.Event()
+                self._handling[handed.id] = cancel
                 self._nursery.start_soon(self._handle, handed, cancel)
         if self._waiting:
             asked = tuple(self._waiting)
@@ -142,9 +144,9 @@ class Router:
                     waiter.changed.set()
         if self._handling:
             for row_id in await self.inbox.cancelled(tuple(self._handling)):
-                cancel = self._handling.get(row_id)
-                if cancel is not None:
-                    cancel.set()
+                handling = self._handling.get(row_id)
+                if handling is not None:
+                    handling.set()
         if self._following:
             heads = await self.inbox.heads(tuple(self._following))
             for session_id, waiters in self._following.items():
