@@ -80,11 +80,14 @@ LOCK_NAME = "lock"
 
 
 class _Tail:
-    """What this store last saw of a log it writes: its size and the next seq."""
+    """What this store last saw of a log it writes: its size and the next seq, and the
+    paths of the log and its head record (kept as strings: the append path is hot)."""
 
-    __slots__ = ("dirty", "next_seq", "size")
+    __slots__ = ("dirty", "head", "log", "next_seq", "size")
 
-    def __init__(self, size: int, next_seq: int) -> None:
+    def __init__(self, directory: Path, size: int, next_seq: int) -> None:
+        self.log = os.path.join(directory, LOG_NAME)
+        self.head = os.path.join(directory, HEAD_NAME)
         self.size = size
         self.next_seq = next_seq
         self.dirty = False
@@ -97,7 +100,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
+def _fsync_path(path: Path | str, flags: int = os.O_RDONLY) -> None:
     fd = os.open(path, flags | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -135,7 +138,7 @@ class JsonlStore:
         """Record the fsynced size as the acknowledged head (after the fsync, never before:
         the head must not claim what the disk may not hold)."""
         record = head_record(AckHead(tail.size, tail.next_seq))
-        fd = os.open(self._head_path(session_id), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(tail.head, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             os.pwrite(fd, record, 0)
         finally:
@@ -205,7 +208,7 @@ class JsonlStore:
     def _tail(self, session_id: str) -> _Tail:
         """The log's tail, rescanned if the file is not the size this store left it at."""
         tail = self._tails.get(session_id)
-        if tail is not None and self._log_path(session_id).stat().st_size != tail.size:
+        if tail is not None and os.stat(tail.log).st_size != tail.size:
             self._tails.pop(session_id)
             dirty, tail = tail.dirty, self._tail(session_id)
             tail.dirty = dirty
@@ -217,7 +220,9 @@ class JsonlStore:
                     f"({scan.torn.problem}); load the session to repair it before appending"
                 )
             first = scan.meta.seed_length or 0
-            tail = self._tails[session_id] = _Tail(scan.intact_bytes, first + len(scan.events))
+            tail = self._tails[session_id] = _Tail(
+                self.root / session_id, scan.intact_bytes, first + len(scan.events)
+            )
         return tail
 
     def _create(self, meta: SessionMeta) -> None:
@@ -244,10 +249,10 @@ class JsonlStore:
             temp.unlink(missing_ok=True)
         _fsync_path(directory)
         _fsync_path(self.root)
-        self._tails[meta.id] = _Tail(len(line), meta.seed_length or 0)
+        self._tails[meta.id] = _Tail(directory, len(line), meta.seed_length or 0)
 
     def _append_one(self, session_id: str, tail: _Tail, count: int, data: bytes) -> None:
-        path = self._log_path(session_id)
+        path = tail.log
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
@@ -295,7 +300,7 @@ class JsonlStore:
         if tail is None or not tail.dirty:
             return
         try:
-            _fsync_path(self._log_path(session_id))
+            _fsync_path(tail.log)
         except OSError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages: what was
             # written can no longer be trusted to be on disk.
@@ -445,7 +450,7 @@ class JsonlStore:
             size = self._repair(path, scan, fixes)
             self._broken.pop(session_id, None)
         previous = self._tails.get(session_id)
-        tail = self._tails[session_id] = _Tail(size, len(events) + len(fixes))
+        tail = self._tails[session_id] = _Tail(path.parent, size, len(events) + len(fixes))
         if scan.torn is not None or fixes:
             self._write_head(session_id, tail)  # the repair was fsynced
         # A load must not forget appends this instance has not fsynced yet: the next flush
