@@ -265,10 +265,20 @@ class CompactionActor:
         config = loop.options.compaction
         session = loop.session
         header = session.header()
+        base = header.config if header is not None else loop.options.call_config()
         call_config = LlmCallConfig(
-            model=config.summary_model or (header.config.model if header else loop.options.model),
-            provider=header.config.provider if header else loop.options.provider,
+            model=config.summary_model or base.model,
+            provider=base.provider,
             max_tokens=config.summary_max_tokens,
+            # What the deployment needs on every call (a gateway's headers and body fields,
+            # the cache settings, the end-user tag) carries over; the agent's answer shape
+            # (tool choice, response format, thinking) does not: a summary is plain text.
+            extra_headers=base.extra_headers,
+            extra_body=base.extra_body,
+            cache_ttl=base.cache_ttl,
+            cache_breakpoints=base.cache_breakpoints,
+            user=base.user,
+            metadata=base.metadata,
         )
         system = header.system if header is not None else full_system_prompt or None
         tools = (header.tools or ()) if header is not None else loop.current_tools

@@ -149,6 +149,8 @@ class TurnItem:
     meta: Any = None
     done: trio.Event = field(factory=trio.Event)
     result: TurnResult | None = None
+    turn: int | None = None
+    """The number of the turn it started (None while queued)."""
 
     def resolve(self, result: TurnResult) -> None:
         if self.result is None:
@@ -168,6 +170,8 @@ class _Step:
     number: int
     tools: Mapping[str, Tool]
     """The tools assembled for this step (what its calls run)."""
+    max_parallel: int
+    """`max_parallel_tool_calls` as the step began (a reconfigure applies from the next)."""
     requested: tuple[ToolCall, ...] = ()
     logged_calls: dict[str, int] = field(factory=dict)
     """call id -> seq of its `tool/call` event."""
@@ -741,7 +745,6 @@ class LoopActor:
                 # and the turn takes it without a checkpoint in between, so a cancel or
                 # dispose finds it either queued or owned by a turn scope.
                 current = item
-                self._inbox_event("dequeue", item)
                 await self._run_item(item)
                 current = None
         except Exception as exc:
@@ -754,12 +757,11 @@ class LoopActor:
             self._closed = True
             self._cancel_owned()
             if current is not None:
-                turn = self._turn.number if self._turn is not None else None
                 self._finish_item(
                     current,
-                    TurnResult(turn, "error", f"agent failed: {self.failure!r}")
+                    TurnResult(current.turn, "error", f"agent failed: {self.failure!r}")
                     if self.failure is not None
-                    else TurnResult(turn, "disposed"),
+                    else TurnResult(current.turn, "disposed"),
                 )
             self._discard_queued()
             self._refresh_status()
@@ -771,6 +773,9 @@ class LoopActor:
         # No checkpoint between receiving the item and owning its scope, so cancel() always
         # finds either nothing (the item still queued) or this scope.
         turn = self._turn = _Turn(item, self.session.last_turn + 1, len(self.session))
+        item.turn = turn.number
+        # Told once the turn owns the item: a listener's cancel() reaches this very turn.
+        self._inbox_event("dequeue", item)
         trigger_kind = "message" if item.kind == "message" else item.kind
         self._append("turn/start", TurnStart(turn.number, Trigger(trigger_kind, item.source)))
         reason: TurnEndReason | None = None
@@ -815,7 +820,7 @@ class LoopActor:
                 self._close_open_step(turn)
                 owed = turn.ended_step
                 if owed is not None and not owed.post_step_done:
-                    await self._post_step_in_close(owed)
+                    await self._post_step_in_close(owed, cancelled=scope.cancel_called)
                 self._append("turn/end", TurnEnd(turn.number, reason))
                 self._turn = None
                 await self._flush()
@@ -999,7 +1004,12 @@ class LoopActor:
         boundary = self.session.derive_messages()
         history_chain = self.session.history_chain()
         self._append("step/start", StepStart(turn.number, number))
-        step = turn.step = _Step(turn.number, number, {tool.name: tool for tool in tools})
+        step = turn.step = _Step(
+            turn.number,
+            number,
+            {tool.name: tool for tool in tools},
+            self.options.max_parallel_tool_calls,
+        )
         await self._observers_may_have_cancelled()
 
         seed = self.options.call_config() if self._seed_from_options else self._folded_config()
@@ -1215,7 +1225,7 @@ class LoopActor:
                 if info is not None:
                     await self._finish_call(turn, step, results, index, info, None)
                 continue
-            slots = trio.Semaphore(self.options.max_parallel_tool_calls)
+            slots = trio.Semaphore(step.max_parallel)
             try:
                 async with trio.open_nursery() as pool:
                     for index, call in group:
@@ -1280,10 +1290,12 @@ class LoopActor:
                 self._chain("tools/execute"),
                 self.agent,
                 info,
-                terminal=partial(self._execute, turn, step),
+                terminal=partial(self._execute_logged, turn, step, info),
             )
             await trio.lowlevel.checkpoint_if_cancelled()
             outcome = _checked_outcome(outcome, info, "tools/execute")
+            # A listener's own outcome (a short-circuit) is this call's real result too.
+            step.finished.setdefault(info.call_id, outcome)
             # A listener may have cancelled and returned normally: the seam drops its rewrite
             # and context; the cleanup writes the tool's real result (it finished).
             outcome = _checked_outcome(
@@ -1321,6 +1333,19 @@ class LoopActor:
             sources=(step.logged_calls[outcome.call_id],),
         )
         step.answered.add(outcome.call_id)
+
+    async def _execute_logged(
+        self, turn: _Turn, step: _Step, logged: ToolCallInfo, info: object
+    ) -> ToolOutcome:
+        """The innermost `tools/execute`: it runs the call exactly as its `tool/call` logged
+        it (a listener's `next(replacement)` may not run another tool or other arguments)."""
+        if info != logged:
+            raise HookError(
+                f"a tools/execute listener passed a different call down for {logged.call_id!r}; "
+                "the call that runs is the one its tool/call logged (rewrite calls in "
+                "tools/pre-execute)"
+            )
+        return await self._execute(turn, step, logged)
 
     async def _execute(self, turn: _Turn, step: _Step, info: ToolCallInfo) -> ToolOutcome:
         """Run the tool of `info` (the innermost `tools/execute`): validate its arguments
@@ -1390,7 +1415,7 @@ class LoopActor:
         self._flush_tool_batch(turn)
         self._close_step(turn)
 
-    async def _post_step_in_close(self, step: _Step) -> None:
+    async def _post_step_in_close(self, step: _Step, *, cancelled: bool) -> None:
         """`agent/post-step` for a step that a cancel or an error ended: it runs in the
         turn's shielded close, bounded by POST_STEP_GRACE; a failure is logged, not
         reported (the turn's reason is already decided)."""
@@ -1400,7 +1425,7 @@ class LoopActor:
                 await run_serial(
                     self._chain("agent/post-step"),
                     self.agent,
-                    PostStep(step.turn, step.number, cancelled=True),
+                    PostStep(step.turn, step.number, cancelled=cancelled),
                 )
             except Exception:
                 log.exception("agent/post-step listener failed while %s closed a turn", self.id)

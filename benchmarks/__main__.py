@@ -31,6 +31,7 @@ MODULES = (
     "bench_runtime",
     "bench_compaction",
     "bench_cache",
+    "bench_serve",
     "bench_codec_peers",
     "bench_peers",
 )
@@ -207,6 +208,16 @@ def _peers(report: dict[str, Any]) -> Headlines:
     return out
 
 
+def _serve(report: dict[str, Any]) -> Headlines:
+    out: Headlines = {}
+    for row in report["results"]:
+        label = f"{row['sessions']} sessions, model {row['model_latency_ms']:g} ms"
+        out[f"{label}: turns/s over HTTP"] = row["turns_per_s"]
+        out[f"{label}: send p50 ms"] = row["send"]["p50_ms"]
+        out[f"{label}: send p99 ms"] = row["send"]["p99_ms"]
+    return out
+
+
 def _codec_peers(report: dict[str, Any]) -> Headlines:
     out: Headlines = {}
     for name, row in report["results"].items():
@@ -231,6 +242,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Headlines]] = {
     "compaction": _compaction,
     "peers": _peers,
     "codec_peers": _codec_peers,
+    "serve": _serve,
 }
 _SKIP_KEYS = {"environment", "versions", "workload"}
 

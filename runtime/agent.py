@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from actorloop.runtime.events import SessionEvent
@@ -183,7 +183,7 @@ class Agent:
         own turn (a tool or a listener) it cannot return: await it from outside."""
         await self._loop.wait_idle()
 
-    async def events(self, after: int | None = None) -> AsyncIterator[SessionEvent]:
+    async def events(self, after: int | None = None) -> AsyncGenerator[SessionEvent, None]:
         """The session's events after seq `after` (all of them when None): those already
         in the log first, then each new one as it is appended, in seq order, until the agent
         is closed and every event has been yielded.

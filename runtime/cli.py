@@ -54,6 +54,7 @@ from actorloop.runtime.render import (
     usage_text,
 )
 from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.service.command import serve as serve_command
 from actorloop.runtime.session import Session
 from actorloop.runtime.stored import fork_point, load_session
 from actorloop.runtime.stores.base import Store, StoreUrlError, open_store
@@ -176,6 +177,9 @@ def provider_for(
 def main() -> None:
     """actorloop: agent loops whose every request is a pure function of the session log."""
     logging.basicConfig(level=logging.WARNING, format="actorloop: %(levelname)s %(message)s")
+
+
+main.add_command(serve_command)
 
 
 # ---------------------------------------------------------------------- JSON shapes
@@ -829,7 +833,7 @@ def fork(store_url: str, session_id: str, boundary: int | None, child_id: str | 
 @sessions.command()
 @click.argument("session_id")
 @click.option("--message", default="Continue.", show_default=True, help="The next user message.")
-@click.option("--model", default="sim-1", show_default=True)
+@click.option("--model", default=None, help="Model to continue with (default: the stored one).")
 @click.option("--provider", "provider_spec", default="sim", show_default=True)
 @click.option("--base-url", default=None)
 @click.pass_obj
@@ -837,22 +841,36 @@ def resume(
     store_url: str,
     session_id: str,
     message: str,
-    model: str,
+    model: str | None,
     provider_spec: str,
     base_url: str | None,
 ) -> None:
-    """Resume a stored session in a new loop instance and run one turn."""
+    """Resume a stored session in a new loop instance and run one turn.
+
+    The stored system prompt and call settings carry over (from the session's last request
+    header); `--model` (or a provider spec naming one) replaces only the model.
+    """
     store = existing_store(store_url)
     provider, spec_model = provider_for(provider_spec, base_url, 0.0, None)
 
     async def go() -> tuple[str, UsageTotals]:
         try:
             whole = await resolve(store, session_id)
+            stored = await load_session(store, whole, repair=False)
         except BaseException:
             await store.close()
             raise
+        header = stored.header()
+        chosen = model or spec_model
+        if header is None:
+            options = AgentOptions(model=chosen or "sim-1")
+        else:
+            # This run's provider serves the session, whatever provider name it was stored with.
+            options = AgentOptions.restored(
+                header, provider=None, **({"model": chosen} if chosen else {})
+            )
         async with Runtime.open(store=store, provider=provider, dev_invariants=True) as rt:
-            agent = await rt.resume(whole, AgentOptions(model=spec_model or model))
+            agent = await rt.resume(whole, options)
             result = await agent.send(message)
             answer = result.text
             used = turn_usage(agent.session.events, result.turn) if result.turn else UsageTotals()

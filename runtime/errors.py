@@ -25,8 +25,11 @@ keep working)::
     ├── AgentError                     a call on an agent handle was refused or failed
     │   ├── AgentClosed                the agent was disposed or failed
     │   ├── InboxFull                  a synchronous enqueue met a full inbox
+    │   ├── AgentBusy                  a turn runs or waits (the service's one-run rule)
     │   └── TurnFailed                 `TurnResult.raise_for_error()` on an `error` turn
     ├── RuntimeClosed                  the runtime is shutting down; it starts nothing
+    ├── HostError                      [RuntimeError] the asyncio host cannot run here
+    │   └── HostTaskCancelled          an asyncio task of a tool was cancelled from outside
     ├── ProviderNotConfigured          [LookupError] no provider of that name in the runtime
     ├── ProviderSpecError              [ValueError] a provider spec string names nothing known
     ├── ProviderError                  a model call failed; `.code` is a provider code
@@ -44,8 +47,15 @@ keep working)::
     ├── ActorStopped                   an actor ended before taking a message or answering
     ├── InvariantViolation             [AssertionError] a request is not what the log rebuilds
     ├── VerificationFailed             a stored log fails offline verification
+    ├── RequestRebuildError            [LookupError] no model answer at that seq to rebuild
     ├── WorkloadError                  [ValueError] a workload file does not match its schema
-    └── TelemetryError                 tracing was asked for and cannot be set up
+    ├── TelemetryError                 tracing was asked for and cannot be set up
+    └── ServiceError                   the HTTP service refused a request; `.code` says why
+        ├── InvalidRequestBody         [ValueError] a body that is not JSON, too big, off-schema
+        ├── UnknownProfile             [LookupError] no agent profile by that name
+        ├── IdempotencyKeyReused       a key sent again with a different request
+        ├── ServiceDraining            the server is shutting down; it starts nothing
+        └── ServeConfigError           [ValueError] `serve` cannot start as configured
 
 Codes are the stable strings recorded in logs and shown to callers (`ErrorCode`); every
 code actorloop writes is a member of it, so one grep finds every place that uses it.
@@ -105,6 +115,31 @@ class ErrorCode(StrEnum):
     SUMMARY_TRUNCATED = "SUMMARY_TRUNCATED"
     SUMMARY_EMPTY = "SUMMARY_EMPTY"
     NOT_RUNNING = "NOT_RUNNING"
+
+    # request rebuilding (RequestRebuildError.code) — docs/spec/runtime.md §15.7
+    EVENT_NOT_FOUND = "EVENT_NOT_FOUND"
+    NOT_A_MODEL_ANSWER = "NOT_A_MODEL_ANSWER"
+    REQUEST_DIGEST_MISMATCH = "REQUEST_DIGEST_MISMATCH"
+
+    # the HTTP service (`{"error": {"code": ...}}`) — docs/spec/runtime.md §15
+    SESSION_BUSY = "SESSION_BUSY"
+    INVALID_SESSION_ID = "INVALID_SESSION_ID"
+    INVALID_CONTENT = "INVALID_CONTENT"
+    INVALID_JSON = "INVALID_JSON"
+    VALIDATION_FAILED = "VALIDATION_FAILED"
+    BODY_TOO_LARGE = "BODY_TOO_LARGE"
+    UNKNOWN_PROFILE = "UNKNOWN_PROFILE"
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    NOT_FOUND = "NOT_FOUND"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    AGENT_CLOSED = "AGENT_CLOSED"
+    INBOX_FULL = "INBOX_FULL"
+    PROVIDER_NOT_CONFIGURED = "PROVIDER_NOT_CONFIGURED"
+    SESSION_DAMAGED = "SESSION_DAMAGED"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    SERVER_DRAINING = "SERVER_DRAINING"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
 class ActorloopError(Exception):
@@ -252,6 +287,13 @@ class InboxFull(AgentError):
     """A synchronous enqueue (`steer`, `inject`) found the bounded inbox full."""
 
 
+class AgentBusy(AgentError):
+    """The agent has a turn running or queued, and the caller asked for none to wait behind
+    it (the service's one-run-per-session rule, docs/spec/runtime.md §15.3)."""
+
+    code = ErrorCode.SESSION_BUSY
+
+
 class TurnFailed(AgentError):
     """A turn ended `error`; `result` is its `TurnResult` (message, code, step count)."""
 
@@ -263,6 +305,16 @@ class TurnFailed(AgentError):
 
 class RuntimeClosed(ActorloopError):
     """The runtime is shutting down (or closed): it starts no more agents."""
+
+
+class HostError(ActorloopError, RuntimeError):
+    """The asyncio host (`actorloop.runtime.aio`) cannot run trio on this thread (trio is
+    already running there), or a task it ran on the asyncio side was lost."""
+
+
+class HostTaskCancelled(HostError):
+    """An asyncio task running a tool's `execute` was cancelled from the asyncio side
+    alone (not by its turn): the call fails with TOOL_FAILED."""
 
 
 class ProviderNotConfigured(ActorloopError, LookupError):
@@ -402,6 +454,20 @@ class VerificationFailed(ActorloopError):
         self.problem = problem
 
 
+class RequestRebuildError(ActorloopError, LookupError):
+    """The seq names no `assistant/message` whose request the log can rebuild; `code` is
+    EVENT_NOT_FOUND (no such seq) or NOT_A_MODEL_ANSWER (another event type)."""
+
+    def __init__(self, code: ErrorCode, seq: int, problem: str) -> None:
+        super().__init__(f"event {seq}: {problem}")
+        self.code = code
+        self.seq = seq
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class WorkloadError(ActorloopError, ValueError):
     """A workload file is missing, unreadable or does not match the schema."""
 
@@ -409,6 +475,49 @@ class WorkloadError(ActorloopError, ValueError):
 class TelemetryError(ActorloopError):
     """Tracing was asked for and cannot be set up: opentelemetry-api is not installed (the
     `otel` extra), or the `telemetry` setting is not a bool, a `Telemetry` or None."""
+
+
+# ---------------------------------------------------------------------- the HTTP service
+
+
+class ServiceError(ActorloopError):
+    """The HTTP service refused a request; `code` is the stable code its error body names."""
+
+    code: ErrorCode = ErrorCode.VALIDATION_FAILED
+
+    def __init__(self, message: str, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class InvalidRequestBody(ServiceError, ValueError):
+    """A request body that is not JSON (INVALID_JSON), larger than the limit
+    (BODY_TOO_LARGE) or off its schema (VALIDATION_FAILED), or a bad query parameter."""
+
+
+class UnknownProfile(ServiceError, LookupError):
+    """No agent profile of that name is registered."""
+
+    code = ErrorCode.UNKNOWN_PROFILE
+
+
+class IdempotencyKeyReused(ServiceError):
+    """An idempotency key came back with a different request than the one it was first
+    used for; the first request's turn stands, nothing new is started."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
+
+
+class ServiceDraining(ServiceError):
+    """The server is draining for shutdown: it takes no new requests."""
+
+    code = ErrorCode.SERVER_DRAINING
+
+
+class ServeConfigError(ServiceError, ValueError):
+    """`serve` cannot start as configured: an `--app` that does not load, a profiles file
+    off its schema, a non-loopback bind without an API token."""
 
 
 def sole_error(error: BaseException) -> BaseException:

@@ -35,7 +35,7 @@ from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.session import Session, SessionMeta, new_session_id
-from actorloop.runtime.stored import fork_point
+from actorloop.runtime.stored import fork_point, load_session
 from actorloop.runtime.stores.base import Store, open_store
 from actorloop.runtime.stores.ids import check_session_id
 from actorloop.runtime.telemetry import TelemetrySetting, Tracing, open_tracing
@@ -302,18 +302,23 @@ class Runtime:
     ) -> Agent:
         """Fork a session no agent here owns (it may be live in another process)."""
         point = await fork_point(self.store, session_id, boundary, child_id)
-        if options is not None:
-            self.provider_for(options)
+        seeded = point.seeded
+        if options is None:
+            # The options come from the seed's header: settle them (and refuse a seed
+            # without one) before the store records the child, so a refusal creates nothing.
+            if seeded is None:
+                parent = await load_session(self.store, session_id, repair=False)
+                seeded = parent.fork(point.boundary, point.child_id)
+            options = _stored_options(seeded)
+        provider = self.provider_for(options)
         await self._refuse_existing(point.child_id)
         lease = self._claim(point.child_id)
         try:
             await self.store.fork(session_id, point.boundary, point.child_id)
-            child = point.seeded
+            child = seeded
             if child is None:
                 meta, events = await self.store.load(point.child_id, lease=lease)
                 child = Session.from_loaded(point.child_id, events, meta)
-            options = options or _stored_options(child)
-            provider = self.provider_for(options)
         except BaseException:
             lease.release()
             raise

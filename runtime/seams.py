@@ -65,8 +65,9 @@ class PreStep:
 
 @frozen
 class PostStep:
-    """`agent/post-step` value: the step that just ended (`cancelled`: its turn was
-    cancelled, and the listeners run in the shielded close, briefly)."""
+    """`agent/post-step` value: the step that just ended. `cancelled`: a cancel ended it
+    (the listeners then run in the turn's shielded close, briefly, as they also do when an
+    error ended the step)."""
 
     turn: int
     step: int
@@ -75,8 +76,9 @@ class PostStep:
 
 @frozen
 class TurnStop:
-    """`agent/turn-stop` value: asked after each step of a turn that would go on; a listener
-    that returns anything but None stops the turn there (pending steering is discarded)."""
+    """`agent/turn-stop` value: asked after every step that ran to its end (before
+    `agent/turn-continuation`); a listener that returns anything but None stops the turn
+    there, `completed` (pending steering is discarded)."""
 
     turn: int
     step: int

@@ -452,7 +452,8 @@ class Tracing:
             CONVERSATION: agent.id,
             STEP: data.step,
         }
-        tool = agent.options.tool_map().get(data.name)
+        # The step's assembled tools (tools/assemble may have added this one).
+        tool = next((t for t in agent.current_tools if t.name == data.name), None)
         if tool is not None and tool.description:
             attributes[TOOL_DESCRIPTION] = tool.description
         if self.capture_content:

@@ -15,6 +15,7 @@ import cattrs
 from attrs import field, frozen
 from cattrs.v import format_exception
 
+from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_object
 from actorloop.runtime.errors import WorkloadError
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -81,11 +82,21 @@ class Workload:
     workers: Workers = Workers()
     latency_ms: float = field(default=2.0, validator=_finite_not_negative)
     context_window: int | None = field(default=None, validator=_positive_or_none)
+    profiles: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+    """`[profiles.*]` tables for `actorloop serve --profiles` (the service checks them; a
+    run ignores them), so one file can describe both."""
 
 
 def _strict_converter() -> cattrs.Converter:
     """No coercion: TOML already types its values, so a wrong type is an error to report."""
     converter = cattrs.Converter(forbid_extra_keys=True)
+
+    def table(value: Any, _: type) -> FrozenDict:
+        if not isinstance(value, dict):
+            raise ValueError(f"profiles must be a table, got {type(value).__name__}")
+        return freeze_object(value)
+
+    converter.register_structure_hook(FrozenDict, table)
 
     def exactly(kind: type, *accepted: type) -> None:
         def structure(value: Any, _: type) -> Any:

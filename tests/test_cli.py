@@ -621,6 +621,26 @@ def test_resume_reports_the_turns_usage(ran: tuple[Path, str, dict[str, object]]
     assert usage.startswith("usage: ") and " input tokens (" in usage and "1 model call" in usage
 
 
+def test_resume_keeps_the_stored_system_prompt_and_config(
+    ran: tuple[Path, str, dict[str, object]],
+) -> None:
+    cwd, store, _report = ran
+    worker = next(i for i in listed_rows(store, cwd) if i.endswith("-worker-0"))
+
+    def headers() -> list[dict[str, object]]:
+        events = actorloop("sessions", "--store", store, "events", worker, cwd=cwd)
+        lines = [orjson.loads(line) for line in events.stdout.splitlines()]
+        return [e["data"]["header"] for e in lines if e["type"] == "request/header"]
+
+    before = headers()
+    resumed = actorloop("sessions", "--store", store, "resume", worker, cwd=cwd)
+    assert resumed.returncode == 0, resumed.stderr
+    after = headers()
+    assert len(after) == len(before) + 1
+    assert after[-1]["system"] == before[-1]["system"] and after[-1]["system"]
+    assert after[-1]["config"] == before[-1]["config"]
+
+
 async def test_show_renders_deltas_steering_context_and_blocked_prompts(tmp_path: Path) -> None:
     from actorloop.runtime import AgentOptions, Runtime, ScriptedProvider, Tool, reply, tool_call
     from actorloop.runtime.seams import Block, PromptSubmit

@@ -32,6 +32,7 @@ from actorloop.runtime import (
     Message,
     ProviderError,
     Replace,
+    ResponseFormat,
     ScriptedProvider,
     Session,
     SessionEvent,
@@ -329,6 +330,29 @@ async def test_K2_summarizer_request_is_header_system_tools_then_prefix_region_i
         assert PREFIX_MARK not in texts_of(region) and SYSTEM_MARK not in texts_of(region)
     # a later summary merges the earlier one: it is the head of its region
     assert provider.summary_requests[1].messages[1] == Message.user(frame_summary("first summary"))
+
+
+async def test_the_summarizer_call_keeps_deployment_settings_not_the_answer_shape() -> None:
+    provider = Model([answer(1), answer(2), answer(3)], [reply("the summary")])
+    base = options(retain_tokens=100)
+    agent_options = attrs.evolve(
+        base,
+        extra_headers={"x-gateway": "team-a"},
+        extra_body={"route": "eu"},
+        user="user-7",
+        tool_choice="none",
+        response_format=ResponseFormat.json_schema({"type": "object"}, name="answer"),
+    )
+    async with open_runtime(provider) as rt:
+        rt.on("agent/session-prefix", prefix_listener(BIG_PREFIX))
+        agent = await rt.spawn(agent_options)
+        for index in range(1, 4):
+            assert (await agent.send(turn_text(index))).reason == "completed"
+    summary = provider.summary_requests[0].config
+    assert summary.extra_headers == {"x-gateway": "team-a"}
+    assert summary.extra_body == {"route": "eu"} and summary.user == "user-7"
+    assert summary.tool_choice is None and summary.response_format is None
+    assert summary.max_tokens == 8192
 
 
 # ---------------------------------------------------------------- resume with a grown prefix

@@ -461,3 +461,69 @@ async def test_resume_without_options_restores_model_system_and_config(tmp_path:
     kinds = header_events(stored.events)
     assert kinds == [("snapshot", "initial"), ("snapshot", "resume")]
     verify_log(stored.meta, stored.events)
+
+
+async def test_tools_execute_may_not_run_another_call_than_the_logged_one() -> None:
+    ran: list[Any] = []
+    provider = ScriptedProvider([tool_call("c1", "echo", {"a": 1}), reply("after")])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(AgentOptions(model="m", tools=(echo_tool(ran=ran),)))
+
+        async def swap(a: Agent, info: ToolCallInfo, next: Any) -> Any:
+            return await next(attrs.evolve(info, arguments='{"a": 2}'))
+
+        agent.on("tools/execute", swap)
+        result = await agent.send("go")
+    assert result.reason == "error" and "tools/execute" in (result.message or "") and ran == []
+    assert "c1" in results(agent.session.events)
+    verify_log(agent.session.meta, agent.session.events)
+
+
+async def test_a_short_circuit_outcome_survives_a_cancel_before_it_is_logged() -> None:
+    release = trio.Event()
+
+    async def slow(args: dict[str, Any], ctx: Any) -> str:
+        await release.wait()
+        return "slow"
+
+    tools = (Tool("slow", "", {"type": "object"}, slow), echo_tool())
+    provider = ScriptedProvider([tool_calls(("a", "slow", {}), ("b", "echo", {})), reply("next")])
+    async with open_runtime(provider) as rt, trio.open_nursery() as nursery:
+        agent = await rt.spawn(AgentOptions(model="m", tools=tools))
+        answered = trio.Event()
+
+        async def cached(a: Agent, info: ToolCallInfo, next: Any) -> Any:
+            if info.call_id != "b":
+                return await next()
+            answered.set()
+            return ToolOutcome(
+                info.turn, info.step, info.call_id, info.name, info.arguments, (Text("cached"),)
+            )
+
+        agent.on("tools/execute", cached)
+        nursery.start_soon(agent.send, "go")
+        await answered.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        agent.cancel("stop")  # b's outcome is ready, waiting for a's result to be logged
+        await agent.wait_idle()
+    got = results(agent.session.events)
+    assert got["a"].error.code == "TOOL_CANCELLED"
+    assert got["b"].content == (Text("cached"),) and not got["b"].is_error
+
+
+async def test_an_inbox_listener_that_cancels_on_dequeue_cancels_that_turn() -> None:
+    provider = ScriptedProvider([reply("never sent"), reply("second")])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(AgentOptions(model="m"))
+        first = [True]
+
+        def on_inbox(a: Agent, event: InboxEvent) -> None:
+            if event.kind == "dequeue" and first:
+                first.clear()
+                a.cancel("refused at dequeue")
+
+        agent.on("agent/inbox", on_inbox)
+        result = await agent.send("first")
+        assert (result.reason, result.turn) == ("aborted", 1)
+        assert provider.requests == []
+        assert (await agent.send("second")).reason == "completed"

@@ -443,9 +443,11 @@ class AnthropicProvider(HttpSseProvider):
 
     @property
     def url(self) -> str:
+        """The Messages endpoint: `{base_url}/v1/messages`."""
         return f"{self.base_url}/v1/messages"
 
     def build_body(self, request: Request) -> dict[str, Any]:
+        """The Messages API body of `request`, with its cache breakpoints."""
         return anthropic_body(
             request,
             default_max_tokens=self.default_max_tokens,
@@ -466,6 +468,7 @@ class AnthropicProvider(HttpSseProvider):
         )
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """Stream `request` to the Messages API and map its events to chunks."""
         body = self.body_bytes(request)
         headers = with_extra_headers(
             {

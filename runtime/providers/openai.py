@@ -410,6 +410,35 @@ def _stream_error_code(message: str, kind: str | None, code: str | None) -> str:
     return ErrorCode.PROVIDER_ERROR
 
 
+def openai_status_error(
+    provider: HttpSseProvider, status: int, body: bytes, headers: httpx.Headers
+) -> ProviderError:
+    """The typed error of a non-2xx answer from an OpenAI-format endpoint (Chat Completions
+    and Responses word their errors alike)."""
+    message, _kind, code = error_detail(body)
+    message = provider.redact(message)
+    mapped: str | None = None
+    if status in (400, 413) and is_context_overflow(message, code):
+        mapped = ErrorCode.CONTEXT_WINDOW_EXCEEDED
+    elif code == "insufficient_quota":
+        mapped = ErrorCode.INSUFFICIENT_QUOTA
+    return status_error(
+        provider.name, status, message, code=mapped, retry_after=parse_retry_after(headers)
+    )
+
+
+def openai_headers(provider: HttpSseProvider, request: Request) -> dict[str, str]:
+    """Bearer-key headers of a streamed OpenAI-format request, plus the config's extras."""
+    return with_extra_headers(
+        {
+            "authorization": f"Bearer {provider._api_key().reveal()}",
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        },
+        request.config,
+    )
+
+
 class OpenAIChatProvider(HttpSseProvider):
     """Streams `POST {base_url}/chat/completions`; `base_url` ends in `/v1` as in the openai SDK.
 
@@ -457,9 +486,11 @@ class OpenAIChatProvider(HttpSseProvider):
 
     @property
     def url(self) -> str:
+        """The Chat Completions endpoint: `{base_url}/chat/completions`."""
         return f"{self.base_url}/chat/completions"
 
     def build_body(self, request: Request) -> dict[str, Any]:
+        """The Chat Completions body of `request`."""
         return openai_body(
             request,
             max_tokens_field=self.max_tokens_field,
@@ -469,27 +500,12 @@ class OpenAIChatProvider(HttpSseProvider):
         )
 
     def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
-        message, _kind, code = error_detail(body)
-        message = self.redact(message)
-        mapped: str | None = None
-        if status in (400, 413) and is_context_overflow(message, code):
-            mapped = ErrorCode.CONTEXT_WINDOW_EXCEEDED
-        elif code == "insufficient_quota":
-            mapped = ErrorCode.INSUFFICIENT_QUOTA
-        return status_error(
-            self.name, status, message, code=mapped, retry_after=parse_retry_after(headers)
-        )
+        return openai_status_error(self, status, body, headers)
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """Stream `request` to Chat Completions and map its chunks to ours."""
         body = self.body_bytes(request)
-        headers = with_extra_headers(
-            {
-                "authorization": f"Bearer {self._api_key().reveal()}",
-                "content-type": "application/json",
-                "accept": "text/event-stream",
-            },
-            request.config,
-        )
+        headers = openai_headers(self, request)
         mapper = _ChatStreamMapper(self.name)
         async with aclosing(self._post_events(self.url, headers, body)) as events:
             async for event in events:

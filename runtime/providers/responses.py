@@ -36,22 +36,22 @@ from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolR
 from actorloop.runtime.providers.http import (
     DEFAULT_TIMEOUT,
     HttpSseProvider,
-    error_detail,
     forced_tool,
     invalid_request,
     is_openai_endpoint,
     merge_extra_body,
     tool_parameters,
-    with_extra_headers,
 )
 from actorloop.runtime.providers.openai import (
     OPENAI_BASE_URL,
     count,
     is_context_overflow,
+    openai_headers,
+    openai_status_error,
     prompt_cache_key,
     refused,
 )
-from actorloop.runtime.providers.retry import RetryPolicy, parse_retry_after, status_error
+from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.request import Request
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -499,9 +499,11 @@ class OpenAIResponsesProvider(HttpSseProvider):
 
     @property
     def url(self) -> str:
+        """The Responses endpoint: `{base_url}/responses`."""
         return f"{self.base_url}/responses"
 
     def build_body(self, request: Request) -> dict[str, Any]:
+        """The Responses API body of `request` (the full input; `store=false` by default)."""
         return responses_body(
             request,
             store=self.store,
@@ -510,27 +512,12 @@ class OpenAIResponsesProvider(HttpSseProvider):
         )
 
     def _status_error(self, status: int, body: bytes, headers: httpx.Headers) -> ProviderError:
-        message, _kind, code = error_detail(body)
-        message = self.redact(message)
-        mapped: str | None = None
-        if status in (400, 413) and is_context_overflow(message, code):
-            mapped = ErrorCode.CONTEXT_WINDOW_EXCEEDED
-        elif code == "insufficient_quota":
-            mapped = ErrorCode.INSUFFICIENT_QUOTA
-        return status_error(
-            self.name, status, message, code=mapped, retry_after=parse_retry_after(headers)
-        )
+        return openai_status_error(self, status, body, headers)
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """Stream `request` to the Responses API and map its events to chunks."""
         body = self.body_bytes(request)
-        headers = with_extra_headers(
-            {
-                "authorization": f"Bearer {self._api_key().reveal()}",
-                "content-type": "application/json",
-                "accept": "text/event-stream",
-            },
-            request.config,
-        )
+        headers = openai_headers(self, request)
         mapper = _ResponsesStreamMapper(self.name)
         async with aclosing(self._post_events(self.url, headers, body)) as events:
             async for event in events:

@@ -109,12 +109,15 @@ class ScriptedProvider:
         self._context_window = context_window
 
     def push(self, *entries: ScriptEntry) -> None:
+        """Append entries to the script."""
         self.script.extend(entries)
 
     def model_info(self, model: str) -> ModelInfo | None:
+        """The context window given at construction (None: unknown)."""
         return ModelInfo(self._context_window)
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """Record `request` and stream the next script entry."""
         self.requests.append(request)
         self.calls += 1
         if not self.script:
@@ -145,9 +148,11 @@ class EchoProvider:
         self._context_window = context_window
 
     def model_info(self, model: str) -> ModelInfo | None:
+        """The context window given at construction (None: unknown)."""
         return ModelInfo(self._context_window)
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """Answer "ok" (or echo the last message) after the configured latency."""
         self.calls += 1
         if self.latency:
             await trio.sleep(self.latency)

@@ -200,6 +200,7 @@ class SimProvider:
         return f"SimProvider(mode={self.mode!r}, seed={self.seed}, name={self.name!r})"
 
     def model_info(self, model: str) -> ModelInfo | None:
+        """The simulated context window (the same for every model)."""
         return ModelInfo(self.context_window)
 
     def body(self, request: Request) -> dict[str, Any]:
@@ -209,6 +210,7 @@ class SimProvider:
         return openai_body(request)
 
     def segments(self, request: Request) -> list[CacheSegment]:
+        """The cacheable blocks of `request` in cache order, breakpoints marked."""
         body = self.body(request)
         return anthropic_segments(body) if self.mode == "anthropic" else openai_segments(body)
 
@@ -340,6 +342,7 @@ class SimProvider:
         return chunks, finish, estimate_tokens(len(text))
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        """Answer `request` (text, or tool calls per the policy) with cache-faithful usage."""
         self.requests.append(request)
         self.calls += 1
         plan = self.plan(request, trio.current_time())

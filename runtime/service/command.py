@@ -1,0 +1,148 @@
+"""`actorloop serve`: the command line of the HTTP service. Only click is imported here; the
+server (Hypercorn, Starlette) loads when the command runs, so `actorloop` works without the
+`serve` extra installed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from functools import partial
+from pathlib import Path
+
+import click
+
+DEFAULT_STORE = "sqlite:actorloop.db"
+"""The CLI's default store (the same as `actorloop run`)."""
+
+
+@click.command()
+@click.option(
+    "--app",
+    "app_spec",
+    default=None,
+    metavar="MODULE:FUNC",
+    help="A setup(app_config) function that registers agent profiles.",
+)
+@click.option(
+    "--profiles",
+    "profile_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="A TOML file with [profiles.NAME] tables (repeatable).",
+)
+@click.option("--store", "store_url", default=DEFAULT_STORE, show_default=True, help="Store URL.")
+@click.option(
+    "--provider",
+    "provider_spec",
+    default="sim",
+    show_default=True,
+    help="sim, openai:MODEL, anthropic:MODEL or deepseek:MODEL.",
+)
+@click.option("--base-url", default=None, help="Override the provider's base URL.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--grace",
+    "grace_seconds",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0, 3600),
+    help="Seconds running turns get to end when draining, before they are aborted.",
+)
+@click.option(
+    "--max-body-bytes",
+    default=1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1, 1 << 30),
+    help="Larger request bodies get 413.",
+)
+@click.option(
+    "--sim-latency-ms",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(0, 600_000),
+    help="The simulator's latency per model call.",
+)
+@click.option("--dev-invariants", is_flag=True, help="Check every request against the log.")
+@click.option("--access-log", is_flag=True, help="Log one line per request.")
+def serve(
+    app_spec: str | None,
+    profile_files: tuple[Path, ...],
+    store_url: str,
+    provider_spec: str,
+    base_url: str | None,
+    host: str,
+    port: int,
+    grace_seconds: float,
+    max_body_bytes: int,
+    sim_latency_ms: float,
+    dev_invariants: bool,
+    access_log: bool,
+) -> None:
+    """Serve the runtime over HTTP (JSON + Server-Sent Events) until SIGINT/SIGTERM.
+
+    Set ACTORLOOP_API_TOKEN to require `Authorization: Bearer <token>` on /v1 routes
+    (needed to bind a non-loopback host). See docs/serve.md.
+    """
+    try:
+        from actorloop.runtime.service.server import ServeSettings, serve_until_signalled
+    except ImportError as exc:
+        raise click.ClickException(
+            f"`actorloop serve` needs the serve extra (pip install 'actorloop[serve]'): {exc}"
+        ) from exc
+    from actorloop.runtime.cli import check_location, fail, provider_for, run_async
+    from actorloop.runtime.errors import ActorloopError, sole_error
+    from actorloop.runtime.service.auth import TOKEN_ENV, check_bind
+    from actorloop.runtime.service.profiles import (
+        AppConfig,
+        add_default_profile,
+        add_toml_profiles,
+        run_setup,
+    )
+
+    for name in ("actorloop.serve", "actorloop.service", "actorloop.http.access"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    token = os.environ.get(TOKEN_ENV) or None
+    settings = ServeSettings(
+        host=host,
+        port=port,
+        store=store_url,
+        token=token,
+        grace_seconds=grace_seconds,
+        max_body_bytes=max_body_bytes,
+        dev_invariants=dev_invariants,
+        access_log=access_log,
+    )
+    provider, model = provider_for(provider_spec, base_url, sim_latency_ms, None)
+    try:
+        check_bind(host, token)
+        app_config = AppConfig(provider=provider, model=model, store_url=store_url)
+        if app_spec is not None:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())  # `--app mymodule:setup` from where it runs
+            run_setup(app_spec, app_config)
+        for path in profile_files:
+            add_toml_profiles(path, app_config)
+        if app_spec is None and not profile_files:
+            add_default_profile(app_config)
+    except ActorloopError as exc:
+        fail(str(exc))
+    check_location(store_url, must_exist=False)
+
+    async def ready_then_wait() -> None:
+        import trio
+
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(partial(serve_until_signalled, settings, app_config))
+            names = ", ".join(profile.name for profile in app_config.profiles)
+            click.echo(f"actorloop serve: listening on {url} (store {store_url}; profiles {names})")
+            sys.stdout.flush()
+
+    try:
+        run_async(ready_then_wait)
+    except BaseException as exc:
+        leaf = sole_error(exc)
+        if isinstance(leaf, OSError):
+            fail(f"cannot listen on {settings.bind}: {leaf.strerror or leaf}")
+        raise

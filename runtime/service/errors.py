@@ -1,0 +1,132 @@
+"""Errors → HTTP: the status and stable code of every typed error a request can meet, and
+the one error body shape `{"error": {"code", "message"}}` (docs/spec/runtime.md §15.2)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import orjson
+from attrs import frozen
+from starlette.responses import Response
+
+from actorloop.runtime.errors import (
+    ActorloopError,
+    AgentBusy,
+    AgentClosed,
+    ContentError,
+    ErrorCode,
+    InboxFull,
+    InvalidSessionId,
+    JsonValueError,
+    ProviderNotConfigured,
+    RequestRebuildError,
+    RuntimeClosed,
+    ServiceError,
+    SessionBusy,
+    SessionCorruptError,
+    SessionExists,
+    SessionForkError,
+    SessionFormatError,
+    SessionFormatUnsupported,
+    SessionNotFound,
+    StoreError,
+    ToolOrderError,
+    VerificationFailed,
+)
+
+log = logging.getLogger("actorloop.service")
+
+
+@frozen
+class HttpError:
+    """What one error becomes on the wire."""
+
+    status: int
+    code: ErrorCode
+    message: str
+
+
+STATUS_OF_CODE: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_JSON: 400,
+    ErrorCode.INVALID_SESSION_ID: 400,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.SESSION_NOT_FOUND: 404,
+    ErrorCode.EVENT_NOT_FOUND: 404,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.SESSION_BUSY: 409,
+    ErrorCode.SESSION_ALREADY_EXISTS: 409,
+    ErrorCode.OPEN_TURN: 409,
+    ErrorCode.AGENT_CLOSED: 409,
+    ErrorCode.SESSION_DAMAGED: 409,
+    ErrorCode.REQUEST_DIGEST_MISMATCH: 409,
+    ErrorCode.BODY_TOO_LARGE: 413,
+    ErrorCode.VALIDATION_FAILED: 422,
+    ErrorCode.INVALID_CONTENT: 422,
+    ErrorCode.INVALID_BOUNDARY: 422,
+    ErrorCode.UNKNOWN_PROFILE: 422,
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ErrorCode.PROVIDER_NOT_CONFIGURED: 422,
+    ErrorCode.NOT_A_MODEL_ANSWER: 422,
+    ErrorCode.INBOX_FULL: 429,
+    ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.SERVER_DRAINING: 503,
+    ErrorCode.STORE_UNAVAILABLE: 503,
+}
+"""Every code an error body can carry, with its status."""
+
+_BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (AgentBusy, ErrorCode.SESSION_BUSY),
+    (SessionNotFound, ErrorCode.SESSION_NOT_FOUND),
+    (SessionExists, ErrorCode.SESSION_ALREADY_EXISTS),
+    (SessionBusy, ErrorCode.SESSION_BUSY),
+    (InvalidSessionId, ErrorCode.INVALID_SESSION_ID),
+    (SessionCorruptError, ErrorCode.SESSION_DAMAGED),
+    (SessionFormatError, ErrorCode.SESSION_DAMAGED),
+    (SessionFormatUnsupported, ErrorCode.SESSION_DAMAGED),
+    (ContentError, ErrorCode.INVALID_CONTENT),
+    (JsonValueError, ErrorCode.INVALID_CONTENT),
+    (ToolOrderError, ErrorCode.VALIDATION_FAILED),
+    (InboxFull, ErrorCode.INBOX_FULL),
+    (AgentClosed, ErrorCode.AGENT_CLOSED),
+    (RuntimeClosed, ErrorCode.SERVER_DRAINING),
+    (ProviderNotConfigured, ErrorCode.PROVIDER_NOT_CONFIGURED),
+    (VerificationFailed, ErrorCode.REQUEST_DIGEST_MISMATCH),
+    (StoreError, ErrorCode.STORE_UNAVAILABLE),
+)
+
+
+def http_error(error: BaseException) -> HttpError:
+    """The status, code and message for `error`.
+
+    Typed errors keep their message (they name the session, seq or field and never carry a
+    secret); anything else is a bug: logged here with its traceback, answered 500 with a
+    message that reveals nothing of it.
+    """
+    code: ErrorCode | None = None
+    if isinstance(error, (ServiceError, SessionForkError, RequestRebuildError)):
+        code = ErrorCode(error.code)
+    else:
+        code = next((c for cls, c in _BY_CLASS if isinstance(error, cls)), None)
+    if code is None or not isinstance(error, ActorloopError):
+        log.error("request failed: %s", type(error).__name__, exc_info=error)
+        return HttpError(500, ErrorCode.INTERNAL_ERROR, "internal error; see the server log")
+    message = str(error)
+    if code is ErrorCode.STORE_UNAVAILABLE:
+        log.error("store error: %s", message)
+    return HttpError(STATUS_OF_CODE[code], code, message)
+
+
+def error_response(
+    status: int, code: ErrorCode, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """The one error body: `{"error": {"code": ..., "message": ...}}`."""
+    body = orjson.dumps({"error": {"code": str(code), "message": message}})
+    return Response(body, status, headers=dict(headers or {}), media_type="application/json")
+
+
+def response_for(error: BaseException) -> Response:
+    """The error response for `error` (see `http_error`)."""
+    mapped = http_error(error)
+    return error_response(mapped.status, mapped.code, mapped.message)

@@ -1,0 +1,334 @@
+"""Agent profiles for the service: named options + tools + listeners, the registry that holds
+them, the `AppConfig` a `setup(app_config)` function fills in (`--app MODULE:FUNC`), the
+`[profiles.*]` tables of a TOML file, and the built-in default profile."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import cattrs
+from attrs import evolve, field, frozen
+from cattrs.v import format_exception
+
+from actorloop.runtime.errors import ServeConfigError, UnknownProfile
+from actorloop.runtime.hooks import Listener
+from actorloop.runtime.options import AgentOptions, Tool
+from actorloop.runtime.providers.base import Provider
+
+if TYPE_CHECKING:
+    from actorloop.runtime.runtime import Runtime
+
+OptionsFactory: TypeAlias = Callable[["Runtime"], AgentOptions]
+"""Options that need the runtime (a subagent tool does), built once when the service starts."""
+
+DEFAULT_PROFILE = "default"
+PROFILE_LABEL = "actorloop.serve"
+"""The session label under which the service records the profile (and the option overrides)
+a session was created with, so a restarted server resumes it with the same options."""
+
+
+@frozen
+class Profile:
+    """A named way to run an agent: its options (tools included) and the listeners every
+    agent of the profile gets (`agent.on(name, listener)`: session-prefix contributors,
+    prompt filters, ...)."""
+
+    name: str
+    options: AgentOptions | OptionsFactory = field(eq=False)
+    listeners: tuple[tuple[str, Listener], ...] = field(default=(), eq=False)
+    description: str = ""
+
+    def build(self, runtime: Runtime) -> AgentOptions:
+        """The profile's options, built against `runtime` if they need it."""
+        options = self.options if isinstance(self.options, AgentOptions) else self.options(runtime)
+        if not isinstance(options, AgentOptions):
+            raise ServeConfigError(
+                f"profile {self.name!r}: its options factory returned "
+                f"{type(options).__name__}, not AgentOptions"
+            )
+        return options
+
+
+class ProfileRegistry:
+    """Profiles by name, one of them the default (the first added unless one asks to be)."""
+
+    def __init__(self) -> None:
+        self._profiles: dict[str, Profile] = {}
+        self._default: str | None = None
+
+    def add(self, profile: Profile, *, default: bool = False) -> Profile:
+        """Register `profile`; a second profile of the same name is refused."""
+        if not profile.name or not isinstance(profile.name, str):
+            raise ServeConfigError(f"a profile needs a non-empty name, got {profile.name!r}")
+        if profile.name in self._profiles:
+            raise ServeConfigError(f"profile {profile.name!r} is registered twice")
+        self._profiles[profile.name] = profile
+        if default or self._default is None:
+            self._default = profile.name
+        return profile
+
+    @property
+    def default(self) -> str:
+        """The name of the default profile."""
+        if self._default is None:
+            raise ServeConfigError("no agent profile is registered")
+        return self._default
+
+    def get(self, name: str | None) -> Profile:
+        """The profile `name` (the default for None); `UnknownProfile` if there is none."""
+        key = self.default if name is None else name
+        profile = self._profiles.get(key)
+        if profile is None:
+            known = ", ".join(sorted(self._profiles)) or "none"
+            raise UnknownProfile(f"no profile named {key!r} (registered: {known})")
+        return profile
+
+    def __iter__(self) -> Iterator[Profile]:
+        return iter(self._profiles.values())
+
+    def __len__(self) -> int:
+        return len(self._profiles)
+
+
+class AppConfig:
+    """What a `setup(app_config)` function configures before the service starts.
+
+    `provider` and `model` are what `--provider` named (the runtime's default provider;
+    `model` is None for the simulator); `store_url` is where sessions live. A setup
+    function adds profiles, extra named providers and runtime-wide listeners.
+    """
+
+    def __init__(self, *, provider: Provider, model: str | None, store_url: str) -> None:
+        self.provider = provider
+        self.model = model
+        self.store_url = store_url
+        self.profiles = ProfileRegistry()
+        self.providers: dict[str, Provider] = {}
+        self.listeners: list[tuple[str, Listener]] = []
+
+    def add_profile(
+        self,
+        name: str,
+        options: AgentOptions | OptionsFactory,
+        *,
+        listeners: Mapping[str, Listener] | tuple[tuple[str, Listener], ...] = (),
+        description: str = "",
+        default: bool = False,
+    ) -> Profile:
+        """Register a profile (see `Profile`); `default=True` makes it the default."""
+        pairs = tuple(listeners.items()) if isinstance(listeners, Mapping) else tuple(listeners)
+        return self.profiles.add(Profile(name, options, pairs, description), default=default)
+
+    def add_provider(self, provider: Provider) -> None:
+        """Make `provider` available by its name (`AgentOptions(provider=name)`)."""
+        self.providers[provider.name] = provider
+
+    def on(self, name: str, listener: Listener) -> None:
+        """A runtime-wide listener (`rt.on`), for every agent of the service."""
+        self.listeners.append((name, listener))
+
+
+def load_setup(spec: str) -> Callable[[AppConfig], Any]:
+    """The function `MODULE:FUNC` names (`--app`); `ServeConfigError` saying what is wrong."""
+    module_name, sep, function_name = spec.partition(":")
+    if not sep or not module_name or not function_name:
+        raise ServeConfigError(f"--app {spec!r}: write MODULE:FUNC, e.g. mypkg.agents:setup")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ServeConfigError(f"--app {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ServeConfigError(f"--app {spec!r}: {module_name} has no function {function_name!r}")
+    return function
+
+
+def run_setup(spec: str, app_config: AppConfig) -> None:
+    """Load and call the `--app` setup function; it must register at least one profile."""
+    load_setup(spec)(app_config)
+    if not len(app_config.profiles):
+        raise ServeConfigError(f"--app {spec!r} registered no agent profile")
+
+
+# ---------------------------------------------------------------------- the default profile
+
+
+def add_default_profile(app_config: AppConfig) -> Profile:
+    """The profile used without `--app`: the configured provider (the simulator unless
+    `--provider` names another) and the demo `lookup` tool (`call:lookup ...` in a message
+    makes the simulator call it)."""
+    from actorloop.runtime.orchestration import LOOKUP
+
+    return app_config.add_profile(
+        DEFAULT_PROFILE,
+        AgentOptions(
+            model=app_config.model or "sim-1",
+            system="You are a helpful assistant. Answer briefly.",
+            tools=(LOOKUP,),
+        ),
+        description="the demo profile: the configured provider with a lookup tool",
+    )
+
+
+# ---------------------------------------------------------------------- TOML profiles
+
+
+def _finite(_instance: object, attribute: Any, value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and 0 <= value <= 2):
+        raise ValueError(f"{attribute.name} must be a number in 0..2, got {value}")
+
+
+def _positive(_instance: object, attribute: Any, value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+
+
+KNOWN_TOOLS = ("lookup", "delegate")
+
+
+def _tool_names(_instance: object, attribute: Any, value: tuple[str, ...]) -> None:
+    unknown = sorted(set(value) - set(KNOWN_TOOLS))
+    if unknown:
+        raise ValueError(f"{attribute.name}: unknown tools {unknown} (known: {list(KNOWN_TOOLS)})")
+
+
+@frozen
+class ProfileTable:
+    """One `[profiles.NAME]` table of a TOML file."""
+
+    model: str = "sim-1"
+    description: str = ""
+    system: str | None = None
+    provider: str | None = None
+    temperature: float | None = field(default=None, validator=_finite)
+    max_tokens: int | None = field(default=None, validator=_positive)
+    context_window: int | None = field(default=None, validator=_positive)
+    tools: tuple[str, ...] = field(default=(), validator=_tool_names)
+    skills: bool = False
+    """Give agents the file's `[[skills]]` as a skill-catalogue session prefix."""
+    default: bool = False
+
+
+@frozen
+class SkillEntry:
+    """One `[[skills]]` entry (as in a workload file)."""
+
+    name: str
+    description: str
+
+
+def _strict_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+
+    def exactly(kind: type, *accepted: type) -> None:
+        def structure(value: Any, _: type) -> Any:
+            if isinstance(value, bool) and bool not in accepted:
+                raise TypeError(f"expected {kind.__name__}, got a boolean")
+            if not isinstance(value, accepted):
+                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+            return kind(value)
+
+        converter.register_structure_hook(kind, structure)
+
+    exactly(str, str)
+    exactly(int, int)
+    exactly(bool, bool)
+    exactly(float, int, float)
+    return converter
+
+
+_toml = _strict_converter()
+
+
+def add_toml_profiles(path: Path, app_config: AppConfig) -> tuple[Profile, ...]:
+    """Register the `[profiles.NAME]` tables of the TOML file at `path` (a workload file
+    may carry them; every other top-level key but `[[skills]]` is not read here)."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ServeConfigError(f"cannot read profiles file {path}: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ServeConfigError(f"{path}: not a UTF-8 TOML file ({exc})") from exc
+    tables = raw.get("profiles")
+    if not isinstance(tables, dict) or not tables:
+        raise ServeConfigError(f"{path}: no [profiles.NAME] table")
+    try:
+        skills = _toml.structure(raw.get("skills", []), list[SkillEntry])
+    except Exception as exc:
+        raise ServeConfigError(f"{path}: [[skills]]: {_describe(exc)}") from exc
+    added = []
+    for name, table in tables.items():
+        try:
+            spec = _toml.structure(table, ProfileTable)
+        except Exception as exc:
+            raise ServeConfigError(f"{path}: [profiles.{name}]: {_describe(exc)}") from exc
+        if spec.skills and not skills:
+            raise ServeConfigError(f"{path}: [profiles.{name}] asks for skills; none declared")
+        added.append(
+            app_config.add_profile(
+                name,
+                _toml_options(spec),
+                listeners=_toml_listeners(spec, skills),
+                description=spec.description,
+                default=spec.default,
+            )
+        )
+    return tuple(added)
+
+
+def _toml_options(spec: ProfileTable) -> OptionsFactory:
+    def build(runtime: Runtime) -> AgentOptions:
+        from actorloop.runtime.orchestration import LOOKUP
+        from actorloop.runtime.subagents import subagent_tool
+
+        options = AgentOptions(
+            model=spec.model,
+            provider=spec.provider,
+            system=spec.system,
+            temperature=spec.temperature,
+            max_tokens=spec.max_tokens,
+            context_window=spec.context_window,
+        )
+        tools: list[Tool] = []
+        if "lookup" in spec.tools:
+            tools.append(LOOKUP)
+        if "delegate" in spec.tools:
+            # The child runs with the profile's options, minus the delegate tool itself.
+            tools.append(subagent_tool(runtime, options=evolve(options, tools=tuple(tools))))
+        return evolve(options, tools=tuple(tools))
+
+    return build
+
+
+def _toml_listeners(
+    spec: ProfileTable, skills: list[SkillEntry]
+) -> tuple[tuple[str, Listener], ...]:
+    if not spec.skills:
+        return ()
+    from actorloop.runtime.orchestration import skill_catalogue
+    from actorloop.runtime.workload import Skill
+
+    return (
+        ("agent/session-prefix", skill_catalogue([Skill(s.name, s.description) for s in skills])),
+    )
+
+
+def _leaf(exc: BaseException, type: Any) -> str:
+    # Our validators word their own errors (they name the field and the rule).
+    if isinstance(exc, ValueError) and not isinstance(exc, cattrs.BaseValidationError):
+        return str(exc)
+    return format_exception(exc, type)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, cattrs.ClassValidationError):
+        notes = cattrs.transform_error(exc, format_exception=_leaf)
+        return notes[0] if notes else str(exc)
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"unknown keys {sorted(exc.extra_fields)}"
+    return str(exc)

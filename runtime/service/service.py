@@ -1,0 +1,603 @@
+"""`SessionService`: what the HTTP API does with the runtime, apart from HTTP — sessions by
+profile, resume on demand, one run per session, idempotency keys, and the drain
+(docs/spec/runtime.md §15). It speaks in the shapes of `schemas`; `app` only maps HTTP."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from attrs import evolve
+
+from actorloop.codecs.converter import unstructure
+from actorloop.runtime.agent import Agent
+from actorloop.runtime.chunks import TokenUsage
+from actorloop.runtime.errors import (
+    AgentBusy,
+    InvalidRequestBody,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    UnknownProfile,
+    VerificationFailed,
+)
+from actorloop.runtime.events import AssistantMessage, SessionEvent, StepStart, TurnEnd, TurnStart
+from actorloop.runtime.messages import Content
+from actorloop.runtime.meta import DamagedSession
+from actorloop.runtime.options import AgentOptions
+from actorloop.runtime.rebuild import RebuiltRequest, check_digest, rebuild_request
+from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.seams import TurnResult
+from actorloop.runtime.service.drain import Drain
+from actorloop.runtime.service.idempotency import IdempotencyKeys, KeyEntry
+from actorloop.runtime.service.profiles import PROFILE_LABEL, ProfileRegistry
+from actorloop.runtime.service.runs import Ticket, TurnLine
+from actorloop.runtime.service.schemas import (
+    Cancel,
+    CancelOutcome,
+    CreateSession,
+    Fork,
+    ForkOutcome,
+    Health,
+    Inject,
+    Lineage,
+    ProfileInfo,
+    ProfileList,
+    Resume,
+    ResumeOutcome,
+    SendMessage,
+    SessionDetail,
+    SessionPage,
+    SessionState,
+    SessionStatus,
+    SessionSummary,
+    TurnOutcome,
+    Usage,
+    UsageReport,
+    VerifyOutcome,
+)
+from actorloop.runtime.session import Session
+from actorloop.runtime.stored import load_session
+from actorloop.runtime.stores.ids import check_session_id
+from actorloop.runtime.usage import session_usage, usage_of
+from actorloop.runtime.verify import verify_log
+
+log = logging.getLogger("actorloop.service")
+
+SHUTDOWN_REASON = "server shutting down"
+MAX_PAGE = 1000
+
+
+def usage_json(usage: TokenUsage) -> Usage:
+    """`TokenUsage` with every bucket present."""
+    return Usage(usage.input, usage.output, usage.cache_read, usage.cache_write, usage.reasoning)
+
+
+def turn_outcome(session_id: str, result: TurnResult) -> TurnOutcome:
+    """The response shape of a `TurnResult`."""
+    return TurnOutcome(
+        id=session_id,
+        turn=result.turn,
+        reason=result.reason,
+        text=result.text,
+        message=result.message,
+        code=result.code,
+        steps=result.steps,
+        usage=usage_json(result.usage),
+    )
+
+
+def outcome_from_log(session_id: str, events: Sequence[SessionEvent]) -> TurnOutcome:
+    """The outcome of the first turn that starts in `events` (what its `TurnResult` said),
+    or `discarded` if none started: used when the caller that awaited the turn was
+    cancelled, so the idempotency key still answers with what happened."""
+    start = next((i for i, e in enumerate(events) if isinstance(e.data, TurnStart)), None)
+    if start is None:
+        return turn_outcome(session_id, TurnResult(None, "discarded"))
+    turn = events[start].data
+    assert isinstance(turn, TurnStart)
+    span: list[SessionEvent] = []
+    end: TurnEnd | None = None
+    for event in events[start:]:
+        span.append(event)
+        if isinstance(event.data, TurnEnd) and event.data.turn == turn.turn:
+            end = event.data
+            break
+    reply = next(
+        (e.data for e in reversed(span) if isinstance(e.data, AssistantMessage) and e.data.content),
+        None,
+    )
+    text = "".join(getattr(block, "text", "") for block in reply.content) if reply else ""
+    reason = end.reason if end is not None else None
+    return TurnOutcome(
+        id=session_id,
+        turn=turn.turn,
+        reason=reason.kind if reason is not None else "aborted",
+        text=text,
+        message=(reason.message or reason.reason) if reason is not None else None,
+        code=reason.code if reason is not None else None,
+        steps=sum(1 for e in span if isinstance(e.data, StepStart)),
+        usage=usage_json(usage_of(span).total),
+    )
+
+
+class SessionService:
+    """The service over one `Runtime`. Open it with `SessionService.open(runtime, profiles)`:
+    it owns the tasks of sends that do not wait (cancelled, so their turns end `aborted`,
+    if the service closes before they end)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        profiles: ProfileRegistry,
+        nursery: trio.Nursery,
+        *,
+        keys: IdempotencyKeys[TurnOutcome] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.profiles = profiles
+        self.keys: IdempotencyKeys[TurnOutcome] = keys or IdempotencyKeys()
+        self.drain = Drain()
+        self._nursery = nursery
+        self._options = {profile.name: profile.build(runtime) for profile in profiles}
+        self._live_profile: dict[str, str] = {}
+        self._lines: dict[str, TurnLine] = {}
+        self._resuming: dict[str, trio.Lock] = {}
+        self._generation: dict[str, int] = {}
+        self._started = trio.lowlevel.ParkingLot()
+        self._unsubscribe = (
+            runtime.on("agent/session-start", self._session_started),
+            runtime.on("agent/status", self._status_changed),
+        )
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, runtime: Runtime, profiles: ProfileRegistry, **kwargs: Any
+    ) -> AsyncIterator[SessionService]:
+        """The service for the life of the block."""
+        async with trio.open_nursery() as nursery:
+            service = cls(runtime, profiles, nursery, **kwargs)
+            try:
+                yield service
+            finally:
+                for unsubscribe in service._unsubscribe:
+                    unsubscribe()
+                nursery.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ listeners
+
+    def _session_started(self, agent: Agent, _kind: str) -> None:
+        self._generation[agent.id] = self._generation.get(agent.id, 0) + 1
+        self._started.unpark_all()
+
+    def _status_changed(self, agent: Agent, status: str) -> None:
+        if status in ("disposed", "failed") and self.runtime.get(agent.id) in (None, agent):
+            self._live_profile.pop(agent.id, None)
+
+    def generation(self, session_id: str) -> int:
+        """How many loop instances have started on `session_id` in this runtime."""
+        return self._generation.get(session_id, 0)
+
+    async def wait_for_agent(self, session_id: str, generation: int) -> None:
+        """Wait until a loop instance newer than `generation` starts on `session_id`."""
+        while self.generation(session_id) == generation:
+            await self._started.park()
+
+    # ------------------------------------------------------------------ lookups
+
+    def status_of(self, session_id: str) -> SessionStatus:
+        """The live agent's status, or `stored`."""
+        agent = self.runtime.get(session_id)
+        return agent.status if agent is not None else "stored"
+
+    def live_profile(self, session_id: str) -> str | None:
+        """The profile the live agent of `session_id` runs, if the service started it."""
+        return self._live_profile.get(session_id) if self.runtime.get(session_id) else None
+
+    async def session(self, session_id: str) -> Session:
+        """The live session, or the durable part of the stored one (read-only, no lease)."""
+        check_session_id(session_id)
+        agent = self.runtime.get(session_id)
+        if agent is not None:
+            return agent.session
+        return await load_session(self.runtime.store, session_id, repair=False)
+
+    async def require(self, session_id: str) -> None:
+        """Raise `SessionNotFound` unless `session_id` is live or stored."""
+        check_session_id(session_id)
+        if self.runtime.get(session_id) is None and not await self.runtime.store.exists(session_id):
+            raise SessionNotFound(session_id)
+
+    def _line(self, session_id: str) -> TurnLine:
+        line = self._lines.get(session_id)
+        if line is None:
+            line = self._lines[session_id] = TurnLine()
+        return line
+
+    def _options_for(self, profile: str, changes: Mapping[str, Any]) -> AgentOptions:
+        options = self._options[self.profiles.get(profile).name]
+        labels = {**options.labels, PROFILE_LABEL: {"profile": profile, "options": dict(changes)}}
+        return evolve(options, **changes, labels=labels)
+
+    def _attach(self, agent: Agent, profile: str) -> Agent:
+        for name, listener in self.profiles.get(profile).listeners:
+            agent.on(name, listener)
+        self._live_profile[agent.id] = profile
+        return agent
+
+    async def _stored_profile(self, session_id: str) -> tuple[str, dict[str, Any]]:
+        """The profile (and option overrides) a stored session was created with: its own
+        label, else its nearest ancestor's (a fork child has none), else the default."""
+        seen: set[str] = set()
+        current: str | None = session_id
+        while current is not None and current not in seen:
+            seen.add(current)
+            try:
+                meta = (await load_session(self.runtime.store, current, repair=False)).meta
+            except SessionNotFound:
+                if current == session_id:
+                    raise
+                break
+            label = meta.labels.get(PROFILE_LABEL)
+            if isinstance(label, Mapping) and isinstance(label.get("profile"), str):
+                name = label["profile"]
+                try:
+                    self.profiles.get(name)
+                except UnknownProfile:
+                    raise UnknownProfile(
+                        f"session {session_id!r} runs profile {name!r}, which this server "
+                        "does not have; resume it with an explicit profile"
+                    ) from None
+                options = label.get("options")
+                return name, dict(options) if isinstance(options, Mapping) else {}
+            current = meta.parent_session
+        return self.profiles.default, {}
+
+    async def live_agent(self, session_id: str, profile: str | None = None) -> Agent:
+        """The live agent of `session_id`, resuming the stored session on demand (with its
+        recorded profile, or `profile`)."""
+        check_session_id(session_id)
+        agent = self.runtime.get(session_id)
+        if agent is not None:
+            return agent
+        lock = self._resuming.setdefault(session_id, trio.Lock())
+        try:
+            async with lock:
+                agent = self.runtime.get(session_id)
+                if agent is not None:
+                    return agent
+                self.drain.refuse()
+                if profile is None:
+                    name, changes = await self._stored_profile(session_id)
+                else:
+                    name, changes = self.profiles.get(profile).name, {}
+                agent = await self.runtime.resume(session_id, self._options_for(name, changes))
+                return self._attach(agent, name)
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._resuming.pop(session_id, None)
+
+    # ------------------------------------------------------------------ sessions
+
+    async def create(self, request: CreateSession) -> SessionState:
+        """Spawn an agent of `request.profile` on a new session."""
+        self.drain.refuse()
+        profile = self.profiles.get(request.profile).name
+        options = self._options_for(profile, request.options.changes())
+        try:
+            agent = await self.runtime.spawn(options, session_id=request.session_id)
+        except SessionBusy:
+            if request.session_id is not None and self.runtime.get(request.session_id):
+                raise SessionExists(request.session_id) from None
+            raise
+        self._attach(agent, profile)
+        return SessionState(agent.id, agent.status)
+
+    async def list(self, limit: int = 100, cursor: str | None = None) -> SessionPage:
+        """Stored sessions in id order after `cursor`, at most `limit`."""
+        if isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequestBody(f"limit must be 1..{MAX_PAGE}, got {limit}")
+        stored = sorted(await self.runtime.list_sessions(), key=lambda meta: meta.id)
+        if cursor is not None:
+            stored = [meta for meta in stored if meta.id > cursor]
+        page = stored[:limit]
+        summaries = []
+        for meta in page:
+            if isinstance(meta, DamagedSession):
+                summaries.append(
+                    SessionSummary(meta.id, "damaged", False, None, None, None, {}, meta.problem)
+                )
+                continue
+            agent = self.runtime.get(meta.id)
+            summaries.append(
+                SessionSummary(
+                    id=meta.id,
+                    status=agent.status if agent is not None else "stored",
+                    live=agent is not None,
+                    created_at=meta.created_at,
+                    parent_session=meta.parent_session,
+                    seed_length=meta.seed_length,
+                    labels=dict(meta.labels),
+                )
+            )
+        more = len(stored) > limit
+        return SessionPage(tuple(summaries), page[-1].id if more and page else None)
+
+    async def detail(self, session_id: str) -> SessionDetail:
+        """Status, lineage, turns, the folded header and usage of one session."""
+        session = await self.session(session_id)
+        meta = session.meta
+        usage = session_usage(meta, session.events)
+        header = session.header()
+        label = meta.labels.get(PROFILE_LABEL)
+        recorded = label.get("profile") if isinstance(label, Mapping) else None
+        return SessionDetail(
+            id=session_id,
+            status=self.status_of(session_id),
+            live=self.runtime.get(session_id) is not None,
+            profile=self.live_profile(session_id) or recorded,
+            created_at=meta.created_at,
+            lineage=Lineage(meta.parent_session, meta.seed_length),
+            labels=dict(meta.labels),
+            events=len(session),
+            turns=session.last_turn,
+            open_turn=session.open_turn,
+            header=None if header is None else unstructure(header),
+            usage=UsageReport(
+                model=usage_json(usage.model),
+                compaction=usage_json(usage.compaction),
+                total=usage_json(usage.total),
+                model_calls=usage.model_calls,
+                compaction_calls=usage.compaction_calls,
+                cached_fraction=usage.cached_fraction,
+            ),
+        )
+
+    async def dispose(self, session_id: str) -> SessionState:
+        """Dispose the live agent (its running turn ends `disposed`); the log stays."""
+        await self.require(session_id)
+        self._discard_line(session_id)
+        agent = self.runtime.get(session_id)
+        if agent is None:
+            return SessionState(session_id, "stored")
+        await agent.dispose()
+        return SessionState(session_id, agent.status)
+
+    # ------------------------------------------------------------------ turns
+
+    async def send(self, session_id: str, request: SendMessage) -> TurnOutcome | SessionState:
+        """One turn with `request.content` (docs/spec/runtime.md §15.3, §15.4): its outcome
+        when `wait`, else the session's state once the send is accepted."""
+        self.drain.refuse()
+        while True:
+            agent = await self.live_agent(session_id)
+            entry: KeyEntry[TurnOutcome] | None = None
+            if request.idempotency_key is not None:
+                entry, first = self.keys.claim(session_id, request.idempotency_key, request.content)
+                if not first:
+                    if not request.wait:
+                        return SessionState(
+                            session_id, "running" if entry.running else self.status_of(session_id)
+                        )
+                    outcome = await entry.wait()
+                    if outcome is None:
+                        continue  # its first request started no turn: this one may
+                    return outcome
+            line = self._line(session_id)
+            if request.if_busy == "reject" and (line.busy or agent.status == "running"):
+                if entry is not None:
+                    self.keys.forget(entry)
+                raise AgentBusy(
+                    f"session {session_id!r} has a turn running or queued; wait for its "
+                    'turn/end, steer or cancel it, or send with "if_busy": "queue"'
+                )
+            ticket = line.enter()
+            if request.wait:
+                return await self._run_turn(session_id, request.content, ticket, entry)
+            self._nursery.start_soon(
+                self._run_in_background, session_id, request.content, ticket, entry
+            )
+            return SessionState(session_id, "running")
+
+    async def _run_turn(
+        self,
+        session_id: str,
+        content: Content,
+        ticket: Ticket,
+        entry: KeyEntry[TurnOutcome] | None,
+    ) -> TurnOutcome:
+        line = self._line(session_id)
+        try:
+            await ticket.ready.wait()
+            if ticket.discarded:
+                outcome = turn_outcome(session_id, TurnResult(None, "discarded"))
+            else:
+                self.drain.refuse()
+                agent = await self.live_agent(session_id)
+                await agent.wait_idle()
+                first_seq = len(agent.session)
+                try:
+                    result = await agent.send(content)
+                except trio.Cancelled:
+                    # The caller went away: its turn was ended (caller cancellation); the
+                    # key remembers how, from the log.
+                    if entry is not None:
+                        self.keys.settle(
+                            entry,
+                            outcome_from_log(session_id, agent.session.events_since(first_seq)),
+                        )
+                    raise
+                outcome = turn_outcome(session_id, result)
+            if entry is not None:
+                self.keys.settle(entry, outcome)
+            return outcome
+        finally:
+            if entry is not None and entry.running:
+                self.keys.forget(entry)
+            line.leave(ticket)
+            if not line.busy and self._lines.get(session_id) is line:
+                del self._lines[session_id]
+
+    async def _run_in_background(
+        self,
+        session_id: str,
+        content: Content,
+        ticket: Ticket,
+        entry: KeyEntry[TurnOutcome] | None,
+    ) -> None:
+        try:
+            await self._run_turn(session_id, content, ticket, entry)
+        except Exception as exc:
+            # Nobody awaits this send: what went wrong goes to the log (and the session's
+            # events show whether a turn ran); one failed send never takes the service down.
+            log.warning("send to session %s (not awaited) failed: %r", session_id, exc)
+
+    def _discard_line(self, session_id: str) -> None:
+        line = self._lines.get(session_id)
+        if line is not None:
+            line.discard_waiting()
+
+    async def steer(self, session_id: str, content: Content) -> SessionState:
+        """Redirect the running turn (on an idle agent: start one)."""
+        self.drain.refuse()
+        agent = await self.live_agent(session_id)
+        agent.steer(content)
+        return SessionState(session_id, agent.status)
+
+    async def inject(self, session_id: str, request: Inject) -> SessionState:
+        """Add durable context from the plugin `request.source`."""
+        self.drain.refuse()
+        agent = await self.live_agent(session_id)
+        agent.inject(request.content, source=request.source, meta=request.meta)
+        return SessionState(session_id, agent.status)
+
+    async def cancel(self, session_id: str, request: Cancel) -> CancelOutcome:
+        """Cancel the running turn; without `keep_inbox` also every queued send."""
+        await self.require(session_id)
+        agent = self.runtime.get(session_id)
+        line = self._lines.get(session_id)
+        queued = 0 if request.keep_inbox or line is None else line.discard_waiting()
+        if agent is None:
+            return CancelOutcome(session_id, "stored", queued > 0)
+        had_work = agent.status == "running" or queued > 0
+        agent.cancel(request.reason, keep_inbox=request.keep_inbox)
+        return CancelOutcome(session_id, agent.status, had_work)
+
+    async def fork(self, session_id: str, request: Fork) -> ForkOutcome:
+        """A child seeded with the session up to `request.boundary` (a turn/end)."""
+        self.drain.refuse()
+        check_session_id(session_id)
+        if request.child_id is not None:
+            check_session_id(request.child_id)
+        options: AgentOptions | None = None
+        if request.profile is not None:
+            profile = self.profiles.get(request.profile).name
+            options = self._options_for(profile, {})
+        elif self.runtime.get(session_id) is not None:
+            profile = self.live_profile(session_id) or self.profiles.default
+        else:
+            profile, changes = await self._stored_profile(session_id)
+            options = self._options_for(profile, changes)
+        child = await self.runtime.fork(session_id, request.boundary, request.child_id, options)
+        self._attach(child, profile)
+        meta = child.session.meta
+        assert meta.parent_session is not None and meta.seed_length is not None
+        return ForkOutcome(child.id, child.status, meta.parent_session, meta.seed_length)
+
+    async def resume(self, session_id: str, request: Resume) -> ResumeOutcome:
+        """Start a loop instance on the stored session (no-op if it is live already)."""
+        self.drain.refuse()
+        check_session_id(session_id)
+        agent = self.runtime.get(session_id)
+        if agent is not None:
+            live = self.live_profile(session_id) or self.profiles.default
+            if request.profile is not None and request.profile != live:
+                raise AgentBusy(
+                    f"session {session_id!r} is live with profile {live!r}; "
+                    f"DELETE it first to resume it with {request.profile!r}"
+                )
+            return ResumeOutcome(session_id, agent.status, live, False)
+        if request.profile is not None:
+            self.profiles.get(request.profile)
+        agent = await self.live_agent(session_id, request.profile)
+        return ResumeOutcome(session_id, agent.status, self.live_profile(session_id) or "", True)
+
+    # ------------------------------------------------------------------ the log
+
+    async def rebuilt_request(self, session_id: str, seq: int) -> RebuiltRequest:
+        """The exact request the `assistant/message` at `seq` answered, digest checked."""
+        session = await self.session(session_id)
+        return check_digest(rebuild_request(session_id, session.events, seq))
+
+    async def verify(self, session_id: str) -> VerifyOutcome:
+        """Offline verification of the session's log (structure and every digest)."""
+        session = await self.session(session_id)
+        try:
+            report = verify_log(session.meta, session.events)
+        except VerificationFailed as exc:
+            return VerifyOutcome(
+                session_id, False, len(session), session.last_turn, 0, 0, exc.seq, exc.problem
+            )
+        return VerifyOutcome(
+            session_id,
+            True,
+            report.events,
+            report.turns,
+            report.requests_checked,
+            report.requests_without_digest,
+        )
+
+    # ------------------------------------------------------------------ the service
+
+    def health(self) -> Health:
+        """`ok`, or `draining` once the drain began."""
+        return Health(
+            "draining" if self.drain.draining else "ok",
+            len(self.runtime.agents),
+            self.drain.open_streams,
+        )
+
+    def profile_list(self) -> ProfileList:
+        """The registered profiles."""
+        default = self.profiles.default
+        return ProfileList(
+            tuple(
+                ProfileInfo(
+                    name=profile.name,
+                    description=profile.description,
+                    model=self._options[profile.name].model,
+                    provider=self._options[profile.name].provider,
+                    tools=tuple(tool.name for tool in self._options[profile.name].tools),
+                    default=profile.name == default,
+                )
+                for profile in self.profiles
+            )
+        )
+
+    async def shutdown(self, grace: float) -> None:
+        """The drain: take no new work, stop listening, end the event streams and the sends
+        still waiting in line (`discarded`); give running turns `grace` seconds, then
+        cancel them (they end `aborted`, reason "server shutting down")."""
+        self.drain.begin()
+        for line in self._lines.values():
+            line.discard_waiting()
+        with self.drain.grace(grace):
+            await self._all_idle()
+        busy = [agent for agent in self.runtime.agents if agent.status == "running"]
+        if busy:
+            log.warning("drain: cancelling %d running turn(s) after the grace period", len(busy))
+            for agent in busy:
+                agent.cancel(SHUTDOWN_REASON)
+        await self._all_idle()
+
+    async def _all_idle(self) -> None:
+        while True:
+            busy = [agent for agent in self.runtime.agents if agent.status == "running"]
+            if not busy:
+                return
+            for agent in busy:
+                await agent.wait_idle()
