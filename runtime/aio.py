@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from actorloop.actors.loop import Compactor
     from actorloop.runtime.header import ToolSchema
-    from actorloop.runtime.meta import SessionMeta
+    from actorloop.runtime.meta import DamagedSession, SessionMeta
     from actorloop.runtime.providers.base import Provider
     from actorloop.runtime.session import Session
     from actorloop.runtime.stores.base import Store
@@ -534,8 +534,8 @@ class Runtime:
         """How many requests the dev invariant has checked and passed."""
         return self._trio().invariant_checks
 
-    async def list_sessions(self) -> tuple[SessionMeta, ...]:
-        """The meta of every stored session, live or not."""
+    async def list_sessions(self) -> tuple[SessionMeta | DamagedSession, ...]:
+        """Every stored session, live or not: its meta, or a `DamagedSession` in its place."""
         return await self.run_trio(self._trio().list_sessions)
 
     async def spawn(self, options: AgentOptions, session_id: str | None = None) -> Agent:
