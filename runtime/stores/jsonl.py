@@ -284,11 +284,19 @@ class JsonlStore:
         tail.dirty = True
 
     def _sync(self, session_ids: Sequence[str]) -> None:
-        """Make the sessions' appends durable; raises the first failure."""
-        for session_id in session_ids:
-            self._sync_one(session_id)
+        """Make the sessions' appends durable; raises the first failure (after recording
+        the heads of the sessions fsynced before it)."""
+        synced: list[str] = []
+        try:
+            for session_id in session_ids:
+                if self._fsync_one(session_id):
+                    synced.append(session_id)
+        finally:
+            for session_id in synced:
+                self._record_head(session_id)
 
-    def _sync_one(self, session_id: str) -> None:
+    def _fsync_one(self, session_id: str) -> bool:
+        """Fsync one session's appends; whether there was anything to fsync."""
         broken = self._broken.get(session_id)
         if broken is not None:
             # A second fsync after a failed one can succeed although the data is gone:
@@ -298,17 +306,20 @@ class JsonlStore:
             )
         tail = self._tails.get(session_id)
         if tail is None or not tail.dirty:
-            return
+            return False
         try:
             _fsync_path(tail.log)
         except OSError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages: what was
             # written can no longer be trusted to be on disk.
             self._broken[session_id] = f"fsync failed ({exc})"
-            raise StoreError(f"fsync of {self._log_path(session_id)} failed: {exc}") from exc
+            raise StoreError(f"fsync of {tail.log} failed: {exc}") from exc
         tail.dirty = False
+        return True
+
+    def _record_head(self, session_id: str) -> None:
         try:
-            self._write_head(session_id, tail)
+            self._write_head(session_id, self._tails[session_id])
         except OSError as exc:
             raise StoreError(
                 f"{self._log_path(session_id)} is fsynced but its acknowledged head could not "
@@ -368,7 +379,7 @@ class JsonlStore:
         tail, held by another writer, tail check, I/O on its file) is recorded in `failures`
         and leaves its file as it was; the others are written and, with `sync`, fsynced."""
 
-        def isolated(session_id: str, work: Callable[[str], None]) -> bool:
+        def isolated(session_id: str, work: Callable[[str], object]) -> bool:
             try:
                 work(session_id)
             except OSError as exc:
@@ -395,8 +406,11 @@ class JsonlStore:
             allowed = [session_id for session_id in ready if session_id not in refused]
             written = [session_id for session_id in allowed if isolated(session_id, append)]
             if sync:
-                for session_id in written:
-                    isolated(session_id, self._sync_one)
+                # Every fsync first, then the heads: a head written between two fsyncs
+                # would make the next one commit its metadata too.
+                synced = [sid for sid in written if isolated(sid, self._fsync_one)]
+                for session_id in synced:
+                    isolated(session_id, self._record_head)
 
     async def flush(self, session_id: str | None = None) -> None:
         if session_id is not None:
