@@ -309,7 +309,7 @@ def append_markdown(report: dict[str, Any]) -> str:
         "",
         f"Before: {report['baseline']}. After: {report['after']}. Each round runs the "
         "baseline and then this tree in fresh subprocesses; the figures are medians over the "
-        f"rounds. Workload as above: {EVENTS_PER_TURN}-event turns persisted in "
+        f"rounds. Workload: the store benchmark's {EVENTS_PER_TURN}-event turns, persisted in "
         f"{STEP_BATCH}-event step batches through the CodecActor (submit + barrier, durable).",
         "*cost after/before* is the time per durable event after, relative to before: the "
         "median over the rounds of each round's ratio, with its quartiles (the machine is "

@@ -535,8 +535,7 @@ class Runtime:
         return self._trio().invariant_checks
 
     async def list_sessions(self) -> tuple[SessionMeta | DamagedSession, ...]:
-        """Every stored session, live or not: its meta, or a `DamagedSession` in its place
-        when its record cannot be read."""
+        """Every stored session, live or not: its meta, or a `DamagedSession` in its place."""
         return await self.run_trio(self._trio().list_sessions)
 
     async def spawn(self, options: AgentOptions, session_id: str | None = None) -> Agent:

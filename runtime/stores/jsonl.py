@@ -80,11 +80,14 @@ LOCK_NAME = "lock"
 
 
 class _Tail:
-    """What this store last saw of a log it writes: its size and the next seq."""
+    """What this store last saw of a log it writes: its size and the next seq, and the
+    paths of the log and its head record (kept as strings: the append path is hot)."""
 
-    __slots__ = ("dirty", "next_seq", "size")
+    __slots__ = ("dirty", "head", "log", "next_seq", "size")
 
-    def __init__(self, size: int, next_seq: int) -> None:
+    def __init__(self, directory: Path, size: int, next_seq: int) -> None:
+        self.log = os.path.join(directory, LOG_NAME)
+        self.head = os.path.join(directory, HEAD_NAME)
         self.size = size
         self.next_seq = next_seq
         self.dirty = False
@@ -97,7 +100,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
+def _fsync_path(path: Path | str, flags: int = os.O_RDONLY) -> None:
     fd = os.open(path, flags | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -135,7 +138,7 @@ class JsonlStore:
         """Record the fsynced size as the acknowledged head (after the fsync, never before:
         the head must not claim what the disk may not hold)."""
         record = head_record(AckHead(tail.size, tail.next_seq))
-        fd = os.open(self._head_path(session_id), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(tail.head, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             os.pwrite(fd, record, 0)
         finally:
@@ -205,7 +208,7 @@ class JsonlStore:
     def _tail(self, session_id: str) -> _Tail:
         """The log's tail, rescanned if the file is not the size this store left it at."""
         tail = self._tails.get(session_id)
-        if tail is not None and self._log_path(session_id).stat().st_size != tail.size:
+        if tail is not None and os.stat(tail.log).st_size != tail.size:
             self._tails.pop(session_id)
             dirty, tail = tail.dirty, self._tail(session_id)
             tail.dirty = dirty
@@ -217,7 +220,9 @@ class JsonlStore:
                     f"({scan.torn.problem}); load the session to repair it before appending"
                 )
             first = scan.meta.seed_length or 0
-            tail = self._tails[session_id] = _Tail(scan.intact_bytes, first + len(scan.events))
+            tail = self._tails[session_id] = _Tail(
+                self.root / session_id, scan.intact_bytes, first + len(scan.events)
+            )
         return tail
 
     def _create(self, meta: SessionMeta) -> None:
@@ -244,10 +249,10 @@ class JsonlStore:
             temp.unlink(missing_ok=True)
         _fsync_path(directory)
         _fsync_path(self.root)
-        self._tails[meta.id] = _Tail(len(line), meta.seed_length or 0)
+        self._tails[meta.id] = _Tail(directory, len(line), meta.seed_length or 0)
 
     def _append_one(self, session_id: str, tail: _Tail, count: int, data: bytes) -> None:
-        path = self._log_path(session_id)
+        path = tail.log
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
@@ -279,11 +284,19 @@ class JsonlStore:
         tail.dirty = True
 
     def _sync(self, session_ids: Sequence[str]) -> None:
-        """Make the sessions' appends durable; raises the first failure."""
-        for session_id in session_ids:
-            self._sync_one(session_id)
+        """Make the sessions' appends durable; raises the first failure (after recording
+        the heads of the sessions fsynced before it)."""
+        synced: list[str] = []
+        try:
+            for session_id in session_ids:
+                if self._fsync_one(session_id):
+                    synced.append(session_id)
+        finally:
+            for session_id in synced:
+                self._record_head(session_id)
 
-    def _sync_one(self, session_id: str) -> None:
+    def _fsync_one(self, session_id: str) -> bool:
+        """Fsync one session's appends; whether there was anything to fsync."""
         broken = self._broken.get(session_id)
         if broken is not None:
             # A second fsync after a failed one can succeed although the data is gone:
@@ -293,17 +306,20 @@ class JsonlStore:
             )
         tail = self._tails.get(session_id)
         if tail is None or not tail.dirty:
-            return
+            return False
         try:
-            _fsync_path(self._log_path(session_id))
+            _fsync_path(tail.log)
         except OSError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages: what was
             # written can no longer be trusted to be on disk.
             self._broken[session_id] = f"fsync failed ({exc})"
-            raise StoreError(f"fsync of {self._log_path(session_id)} failed: {exc}") from exc
+            raise StoreError(f"fsync of {tail.log} failed: {exc}") from exc
         tail.dirty = False
+        return True
+
+    def _record_head(self, session_id: str) -> None:
         try:
-            self._write_head(session_id, tail)
+            self._write_head(session_id, self._tails[session_id])
         except OSError as exc:
             raise StoreError(
                 f"{self._log_path(session_id)} is fsynced but its acknowledged head could not "
@@ -363,7 +379,7 @@ class JsonlStore:
         tail, held by another writer, tail check, I/O on its file) is recorded in `failures`
         and leaves its file as it was; the others are written and, with `sync`, fsynced."""
 
-        def isolated(session_id: str, work: Callable[[str], None]) -> bool:
+        def isolated(session_id: str, work: Callable[[str], object]) -> bool:
             try:
                 work(session_id)
             except OSError as exc:
@@ -390,8 +406,11 @@ class JsonlStore:
             allowed = [session_id for session_id in ready if session_id not in refused]
             written = [session_id for session_id in allowed if isolated(session_id, append)]
             if sync:
-                for session_id in written:
-                    isolated(session_id, self._sync_one)
+                # Every fsync first, then the heads: a head written between two fsyncs
+                # would make the next one commit its metadata too.
+                synced = [sid for sid in written if isolated(sid, self._fsync_one)]
+                for session_id in synced:
+                    isolated(session_id, self._record_head)
 
     async def flush(self, session_id: str | None = None) -> None:
         if session_id is not None:
@@ -445,7 +464,7 @@ class JsonlStore:
             size = self._repair(path, scan, fixes)
             self._broken.pop(session_id, None)
         previous = self._tails.get(session_id)
-        tail = self._tails[session_id] = _Tail(size, len(events) + len(fixes))
+        tail = self._tails[session_id] = _Tail(path.parent, size, len(events) + len(fixes))
         if scan.torn is not None or fixes:
             self._write_head(session_id, tail)  # the repair was fsynced
         # A load must not forget appends this instance has not fsynced yet: the next flush
