@@ -9,8 +9,10 @@ that allows nothing but this server's own scripts, styles and connections."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
+import trio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -47,9 +49,15 @@ def inspector_routes(service: SessionService) -> list[BaseRoute]:
     assets = packaged_assets()
     versions = {name: asset.etag.strip('"') for name, asset in assets.items()}
 
-    def html(name: str, status: int = 200, section: str | None = None, **context: Any) -> Response:
-        body = templates[name].render(now=now_ms(), assets=versions, section=section, **context)
-        return HTMLResponse(body, status, headers=SECURITY_HEADERS)
+    async def html(
+        name: str, status: int = 200, section: str | None = None, **context: Any
+    ) -> Response:
+        # Rendering a long session is CPU work: off the trio thread, so live agents go on
+        # (the context is frozen data and immutable event tuples; templates are thread-safe).
+        render = partial(
+            templates[name].render, now=now_ms(), assets=versions, section=section, **context
+        )
+        return HTMLResponse(await trio.to_thread.run_sync(render), status, headers=SECURITY_HEADERS)
 
     def page(handler: Callable[[Request], Awaitable[Response]]) -> Page:
         async def run(request: Request) -> Response:
@@ -63,44 +71,50 @@ def inspector_routes(service: SessionService) -> list[BaseRoute]:
                 return await handler(request)
             except Exception as exc:
                 error = http_error(exc)
-                return html("error.html", error.status, error=error)
+                return await html("error.html", error.status, error=error)
 
         run.__name__ = handler.__name__
         return run
 
     async def index(_request: Request) -> Response:
         """The sessions list."""
-        return html("index.html", section="sessions", rows=await views.session_rows(service))
+        return await html("index.html", section="sessions", rows=await views.session_rows(service))
 
     async def session(request: Request) -> Response:
         """One session's summary and timeline."""
-        return html(
+        return await html(
             "session.html", page=await views.session_page(service, request.path_params["id"])
         )
 
     async def live(request: Request) -> Response:
         """The part of the session page the live view replaces as events arrive."""
-        return html("live.html", page=await views.session_page(service, request.path_params["id"]))
+        return await html(
+            "live.html", page=await views.session_page(service, request.path_params["id"])
+        )
 
     async def tree(request: Request) -> Response:
         """The session's fork tree."""
-        return html("tree.html", view=await views.tree_page(service, request.path_params["id"]))
+        return await html(
+            "tree.html", view=await views.tree_page(service, request.path_params["id"])
+        )
 
     async def cache(request: Request) -> Response:
         """The session's prompt-cache health."""
-        return html("cache.html", view=await views.cache_page(service, request.path_params["id"]))
+        return await html(
+            "cache.html", view=await views.cache_page(service, request.path_params["id"])
+        )
 
     async def rebuilt(request: Request) -> Response:
         """The exact request behind one model answer."""
         seq = _seq(request.path_params["seq"])
         view = await views.request_page(service, request.path_params["id"], seq)
-        return html("request.html", view=view)
+        return await html("request.html", view=view)
 
     async def asset(request: Request) -> Response:
         """A packaged CSS or JS file."""
         found = assets.get(request.path_params["name"])
         if found is None:
-            return html("error.html", 404, error=_not_found(request.path_params["name"]))
+            return await html("error.html", 404, error=_not_found(request.path_params["name"]))
         return _asset_response(found, request.headers)
 
     return [

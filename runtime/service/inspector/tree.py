@@ -56,7 +56,8 @@ class TreeNode:
 
 @frozen
 class TreeEdge:
-    """The line from a parent's box to a child's (`path` is SVG path data)."""
+    """The line from a parent's box to a child's (`path` is SVG path data), labelled just
+    before the child's box (`label_x` is where the label ends)."""
 
     parent: str
     child: str
@@ -167,6 +168,6 @@ def _edge(parent: TreeNode, child: TreeNode) -> TreeEdge:
         kind=lineage.kind,
         label=label,
         path=f"M{x1:g},{y1:g} C{middle:g},{y1:g} {middle:g},{y2:g} {x2:g},{y2:g}",
-        label_x=middle,
-        label_y=(y1 + y2) / 2 - 4,
+        label_x=x2 - 6,
+        label_y=y2 - 6,
     )

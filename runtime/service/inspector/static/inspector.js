@@ -78,7 +78,16 @@
         return response.text();
       })
       .then(function (html) {
+        // Keep keyboard focus where it was: the same link in the new rendering.
+        var focused = live.contains(document.activeElement) ? document.activeElement : null;
+        var href = focused ? focused.getAttribute("href") : null;
         live.innerHTML = html;
+        if (href) {
+          var same = live.querySelector('[href="' + CSS.escape(href) + '"]');
+          if (same) {
+            same.focus();
+          }
+        }
         if (openDetails) {
           live.querySelectorAll("details.inherited").forEach(function (d) { d.open = true; });
         }
@@ -116,8 +125,10 @@
         data = null;
       }
       addRow(seq, message.type, data);
-      if (message.type === "turn/end") {
+      if (message.type === "step/start") {
         chunks = 0;
+      }
+      if (message.type === "turn/end") {
         say("Following live: turn ended; waiting for the next one.");
       }
     }
