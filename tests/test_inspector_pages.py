@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +19,13 @@ from serve_kit import TOKEN, HeldModel, app_config_for, child_env, running_serve
 
 from actorloop.runtime import AgentOptions, Runtime
 from actorloop.runtime.meta import DamagedSession, SessionMeta
+from actorloop.runtime.orchestration import LOOKUP
 from actorloop.runtime.service.inspector import views
 from actorloop.runtime.service.inspector.routes import SECURITY_HEADERS
 from actorloop.runtime.service.inspector.tree import (
     NODE_HEIGHT,
     NODE_WIDTH,
+    Lineage,
     family_tree,
 )
 from actorloop.runtime.service.profiles import Profile, ProfileRegistry
@@ -152,6 +155,38 @@ async def test_a_killed_turn_is_open_then_marked_repaired(tmp_path: Path) -> Non
         assert "interrupted: closed by crash repair" in after
         assert "TOOL_OUTCOME_UNKNOWN: written by crash repair" in after
         assert after.count('class="mark mark-repaired"') == 2
+
+
+async def test_a_call_the_log_never_started_is_marked_repaired(tmp_path: Path) -> None:
+    """The durable log ends at an answer asking for a tool (what a crash before the call's
+    flush leaves): the resume's repair answers the call TOOL_NOT_STARTED."""
+    url = f"sqlite:{tmp_path / 'torn.db'}"
+    async with Runtime.open(store=url, provider=HeldModel()) as rt:  # type: ignore[arg-type]
+        agent = await rt.spawn(AgentOptions(model="m", tools=(LOOKUP,)), session_id="torn")
+        await agent.send("please call:lookup")
+        asked = next(e.seq for e in agent.session.events if e.type == "assistant/message")
+    with sqlite3.connect(tmp_path / "torn.db") as db:
+        db.execute("DELETE FROM events WHERE session_id = 'torn' AND seq > ?", (asked,))
+    async with (
+        running_server(app_config_for(HeldModel(), url), store=url) as server,
+        server.client() as client,
+    ):
+        assert (await client.post("/v1/sessions/torn/resume", json={})).status_code == 200
+        page = (await client.get("/sessions/torn")).text
+    assert "TOOL_NOT_STARTED: written by crash repair" in page
+    assert "interrupted: closed by crash repair" in page
+    assert re.search(r'class="call tool-call is-error".*?<strong>lookup</strong>', page, re.S)
+
+
+def test_rows_a_lineage_cycle_keeps_from_every_root_are_still_listed() -> None:
+    def row(session: str, parent: str | None) -> views.SessionRow:
+        lineage = Lineage("fork", parent, 0) if parent else Lineage("root", None, None)
+        return views.SessionRow(session, 0, lineage, None, "unreadable", None)
+
+    rows = [row("x", "y"), row("y", "x"), row("r", None), row("c", "r")]
+    ordered = views._tree_order(rows)
+    assert sorted(r.id for r in ordered) == ["c", "r", "x", "y"]
+    assert [(r.id, r.depth) for r in ordered][:2] == [("r", 0), ("c", 1)]
 
 
 class ListsAGhost(SqliteStore):

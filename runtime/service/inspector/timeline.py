@@ -239,20 +239,24 @@ def tool_mark(data: ToolResultEvent) -> Mark | None:
 
 @define
 class _ToolBuilder:
-    call: SessionEvent
-    data: ToolCallEvent
+    call: SessionEvent | None
+    call_id: str
+    name: str
+    arguments: str
     result: SessionEvent | None = None
 
     def build(self) -> ToolRun:
         result = self.result
         data = result.data if result is not None else None
         assert data is None or isinstance(data, ToolResultEvent)
+        start = self.call or result
+        assert start is not None
         return ToolRun(
-            call_id=self.data.call_id,
-            name=self.data.name,
-            arguments=arguments_text(self.data.arguments),
-            call_seq=self.call.seq,
-            started_at=self.call.time,
+            call_id=self.call_id,
+            name=self.name,
+            arguments=arguments_text(self.arguments) if self.call is not None else "",
+            call_seq=start.seq,
+            started_at=start.time,
             result_seq=None if result is None else result.seq,
             ended_at=None if result is None else result.time,
             result=preview("".join(block.text for block in data.content)) if data else "",
@@ -304,6 +308,13 @@ class _TurnBuilder:
         for entry in reversed(self.entries):
             if isinstance(entry, _StepBuilder):
                 return entry if entry.end is None else None
+        return None
+
+    def step_of(self, number: int) -> _StepBuilder | None:
+        """The step numbered `number` (the last one, should a log repeat a number)."""
+        for entry in reversed(self.entries):
+            if isinstance(entry, _StepBuilder) and entry.step == number:
+                return entry
         return None
 
     def build(self, shadowed_by: dict[int, int]) -> Turn:
@@ -455,10 +466,15 @@ def _add(turn: _TurnBuilder, event: SessionEvent) -> None:
             rewritten=data.rewritten,
             has_digest=data.request_digest is not None,
         )
-    elif isinstance(data, ToolCallEvent) and step is not None:
-        step.tools[data.call_id] = _ToolBuilder(event, data)
-    elif isinstance(data, ToolResultEvent) and step is not None and data.call_id in step.tools:
-        step.tools[data.call_id].result = event
+    elif isinstance(data, ToolCallEvent) and (owner := turn.step_of(data.step)) is not None:
+        owner.tools[data.call_id] = _ToolBuilder(event, data.call_id, data.name, data.arguments)
+    elif isinstance(data, ToolResultEvent) and (owner := turn.step_of(data.step)) is not None:
+        tool = owner.tools.get(data.call_id)
+        if tool is None:
+            # crash repair answers a call that never got its tool/call (TOOL_NOT_STARTED)
+            name = data.error.name if data.error is not None else "tool"
+            tool = owner.tools[data.call_id] = _ToolBuilder(None, data.call_id, name, "")
+        tool.result = event
     elif isinstance(data, (RequestHeaderEvent, HeaderDelta)) and step is not None:
         step.header = _note(event)
         step.request_at = event.time

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from actorloop.runtime.cache_health import RequestCache, cache_health
 from actorloop.runtime.errors import ActorloopError, SessionNotFound
@@ -93,10 +93,6 @@ class RequestPage:
     next_seq: int | None
 
 
-async def _load(service: SessionService, session_id: str) -> Session:
-    return await service.session(session_id)
-
-
 def _live(service: SessionService, session_id: str) -> str | None:
     agent = service.runtime.get(session_id)
     return None if agent is None else agent.status
@@ -111,7 +107,7 @@ async def session_rows(service: SessionService) -> tuple[SessionRow, ...]:
             rows.append(SessionRow(entry.id, 0, None, None, entry.problem, None))
             continue
         try:
-            session = await _load(service, entry.id)
+            session = await service.session(entry.id)
         except SessionNotFound:
             continue  # deleted between the listing and the load
         except ActorloopError as exc:
@@ -138,15 +134,17 @@ def _tree_order(rows: Sequence[SessionRow]) -> tuple[SessionRow, ...]:
         parent = row.lineage.parent if row.lineage is not None else None
         children.setdefault(parent if parent in ids else None, []).append(row)
     ordered: list[SessionRow] = []
-    stack = [(row, 0) for row in reversed(children.get(None, []))]
     seen: set[str] = set()
-    while stack:
-        row, depth = stack.pop()
-        if row.id in seen:
-            continue
-        seen.add(row.id)
-        ordered.append(SessionRow(row.id, depth, row.lineage, row.summary, row.problem, row.live))
-        stack.extend((child, depth + 1) for child in reversed(children.get(row.id, [])))
+    # roots first; then any row a lineage cycle kept from every root, so none goes missing
+    for top in [*children.get(None, []), *sorted(rows, key=created)]:
+        stack = [(top, 0)]
+        while stack:
+            row, depth = stack.pop()
+            if row.id in seen:
+                continue
+            seen.add(row.id)
+            ordered.append(evolve(row, depth=depth))
+            stack.extend((child, depth + 1) for child in reversed(children.get(row.id, [])))
     return tuple(ordered)
 
 
@@ -166,12 +164,12 @@ def _page(service: SessionService, session_id: str, session: Session) -> Session
 
 async def session_page(service: SessionService, session_id: str) -> SessionPage:
     """One session's summary and timeline."""
-    return _page(service, session_id, await _load(service, session_id))
+    return _page(service, session_id, await service.session(session_id))
 
 
 async def tree_page(service: SessionService, session_id: str) -> TreePage:
     """The family of `session_id` (forks and subagents, from the root it descends from)."""
-    session = await _load(service, session_id)
+    session = await service.session(session_id)
     metas = [
         entry for entry in await service.runtime.list_sessions() if isinstance(entry, SessionMeta)
     ]
@@ -181,7 +179,7 @@ async def tree_page(service: SessionService, session_id: str) -> TreePage:
     rows: dict[str, SessionRow] = {}
     for node in tree.nodes:
         try:
-            member = session if node.id == session_id else await _load(service, node.id)
+            member = session if node.id == session_id else await service.session(node.id)
         except ActorloopError as exc:
             rows[node.id] = SessionRow(node.id, node.depth, node.lineage, None, str(exc), None)
             continue
@@ -194,7 +192,7 @@ async def tree_page(service: SessionService, session_id: str) -> TreePage:
 
 async def cache_page(service: SessionService, session_id: str) -> CachePage:
     """The session's own requests (a fork's seed left out) with their cache health."""
-    session = await _load(service, session_id)
+    session = await service.session(session_id)
     requests = cache_health(session.events, since=session.meta.seed_length or 0)
     return CachePage(_page(service, session_id, session), requests, cache_chart(requests))
 
@@ -202,7 +200,7 @@ async def cache_page(service: SessionService, session_id: str) -> CachePage:
 async def request_page(service: SessionService, session_id: str, seq: int) -> RequestPage:
     """The request answered by the `assistant/message` at `seq`, rebuilt from the log; the
     digest is compared, not enforced (a mismatch is shown, not raised)."""
-    session = await _load(service, session_id)
+    session = await service.session(session_id)
     events = session.events
     rebuilt = rebuild_request(session_id, events, seq)
     answers = [event.seq for event in events if isinstance(event.data, AssistantMessage)]
