@@ -290,7 +290,7 @@ async def test_the_cache_view_charts_each_request_and_names_each_drop(
         def scenario(bridge: Bridge, browser: Browser) -> None:
             page, errors = open_page(browser)
             page.goto(f"{server.url}/sessions/{store.story}/cache")
-            chart = page.get_by_role("img", name=re.compile("^Input tokens per request"))
+            chart = page.get_by_role("group", name=re.compile("^Input tokens per request"))
             assert chart.count() == 1
             assert page.locator("svg.cache-chart a.bar-link").count() == len(health)
             assert page.locator("svg.cache-chart .drop-marker").count() == len(drops)
