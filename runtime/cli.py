@@ -55,6 +55,7 @@ from actorloop.runtime.render import (
 )
 from actorloop.runtime.runtime import Runtime
 from actorloop.runtime.service.command import serve as serve_command
+from actorloop.runtime.service.inspector.command import inspect as inspect_command
 from actorloop.runtime.session import Session
 from actorloop.runtime.stored import fork_point, load_session
 from actorloop.runtime.stores.base import Store, StoreUrlError, open_store
@@ -180,6 +181,7 @@ def main() -> None:
 
 
 main.add_command(serve_command)
+main.add_command(inspect_command)
 
 
 # ---------------------------------------------------------------------- JSON shapes

@@ -25,6 +25,7 @@ from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.rebuild import RebuiltRequest
 from actorloop.runtime.service.auth import BearerAuth
 from actorloop.runtime.service.errors import error_response, response_for
+from actorloop.runtime.service.inspector.routes import inspector_routes
 from actorloop.runtime.service.openapi import openapi_document
 from actorloop.runtime.service.schemas import (
     Cancel,
@@ -229,8 +230,9 @@ def create_app(
 ) -> ASGIApp:
     """The ASGI app over `service`: `/healthz`, `/openapi.json` and the `/v1` routes
     (bearer-token protected when `token` is set; bodies above `max_body_bytes` get 413),
-    then `routes` (what another edge adds, e.g. a web inspector at `/`). `gate` wraps the
-    routes inside the token and body checks (routing between instances)."""
+    then `routes` (what another edge adds), then — without a token — the session inspector
+    at `/`. `gate` wraps the routes inside the token and body checks (routing between
+    instances)."""
     openapi = orjson.dumps(openapi_document(auth=token is not None))
 
     async def health(_request: Request) -> Response:
@@ -362,6 +364,10 @@ def create_app(
         Route("/v1/sessions/{id}/requests/{seq}", _endpoint(rebuilt_request), methods=["GET"]),
         Route("/v1/sessions/{id}/verify", _endpoint(verify), methods=["GET"]),
     ]
+    if token is None:
+        # The inspector's pages show session content and a browser cannot present the bearer
+        # token: served only without one, i.e. on a loopback address (docs/inspector.md).
+        routes = [*routes, *inspector_routes(service)]
     inner: ASGIApp = Starlette(
         routes=[*own, *routes], exception_handlers={HTTPException: _http_exception}
     )

@@ -730,9 +730,10 @@ BODIES: dict[type, BodySchema] = {
 
 def parse_body(raw: bytes, cls: type[T]) -> T:
     """The request `cls` from a JSON body: INVALID_JSON if it does not parse, else
-    VALIDATION_FAILED naming the first place it breaks the schema. An empty body is `{}`."""
+    VALIDATION_FAILED naming the first place it breaks the schema. An empty body is `{}`;
+    one of whitespace only is not JSON (INVALID_JSON)."""
     try:
-        value = orjson.loads(raw) if raw.strip() else {}
+        value = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestBody(f"the body is not JSON: {exc}", ErrorCode.INVALID_JSON) from exc
     error = best_match(BODIES[cls].validator.iter_errors(value))
