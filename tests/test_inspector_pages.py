@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from actorloop.runtime.service.inspector.tree import (
 )
 from actorloop.runtime.service.profiles import Profile, ProfileRegistry
 from actorloop.runtime.service.service import SessionService
+from actorloop.runtime.stores import open_store
 from actorloop.runtime.stores.sqlite import SqliteStore
 
 
@@ -161,17 +161,24 @@ async def test_a_call_the_log_never_started_is_marked_repaired(tmp_path: Path) -
     """The durable log ends at an answer asking for a tool (what a crash before the call's
     flush leaves): the resume's repair answers the call TOOL_NOT_STARTED."""
     url = f"sqlite:{tmp_path / 'torn.db'}"
-    async with Runtime.open(store=url, provider=HeldModel()) as rt:  # type: ignore[arg-type]
+    async with Runtime.open(store="memory:", provider=HeldModel()) as rt:  # type: ignore[arg-type]
         agent = await rt.spawn(AgentOptions(model="m", tools=(LOOKUP,)), session_id="torn")
         await agent.send("please call:lookup")
         asked = next(e.seq for e in agent.session.events if e.type == "assistant/message")
-    with sqlite3.connect(tmp_path / "torn.db") as db:
-        db.execute("DELETE FROM events WHERE session_id = 'torn' AND seq > ?", (asked,))
+        meta, events = agent.session.meta, agent.session.events[: asked + 1]
+    # Acknowledged up to the answer: the SQLite store holds that prefix as its whole log.
+    store = open_store(url)
+    try:
+        await store.create(meta)
+        await store.append("torn", events)
+    finally:
+        await store.close()
     async with (
         running_server(app_config_for(HeldModel(), url), store=url) as server,
         server.client() as client,
     ):
-        assert (await client.post("/v1/sessions/torn/resume", json={})).status_code == 200
+        resumed = await client.post("/v1/sessions/torn/resume", json={})
+        assert resumed.status_code == 200, resumed.text
         page = (await client.get("/sessions/torn")).text
     assert "TOOL_NOT_STARTED: written by crash repair" in page
     assert "interrupted: closed by crash repair" in page

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import psycopg
 import pytest
+import trio
 from pg_server import PgServer
 from session_logs import closed_log, tool_turn
 
@@ -334,6 +336,18 @@ def own_server() -> Iterator[PgServer]:
         server.cleanup()
 
 
+async def load_once_reconnected(store: PostgresStore, sid: str) -> Any:
+    """`store.load(sid)` once the pool has a connection again: psycopg_pool backs off
+    between connection attempts after an outage (1 s, 2 s, 4 s, ...), so the first reads
+    after the server is back may still time out, typed."""
+    with trio.fail_after(60):
+        while True:
+            try:
+                return await store.load(sid, repair=False)
+            except StoreUnavailable:
+                await trio.sleep(0.25)
+
+
 async def test_while_the_server_is_down_errors_are_typed_and_nothing_is_lost(
     own_server: PgServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -356,7 +370,7 @@ async def test_while_the_server_is_down_errors_are_typed_and_nothing_is_lost(
         # The same store instance recovers: nothing acknowledged was lost, the refused
         # appends were not half-written, and they go through now.
         for sid, session in logs.items():
-            assert (await store.load(sid, repair=False))[1] == session.events[:13]
+            assert (await load_once_reconnected(store, sid))[1] == session.events[:13]
         await store.append_batch([(sid, s.events[13:]) for sid, s in logs.items()])
         for sid, session in logs.items():
             assert (await store.load(sid))[1] == session.events
