@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import logging
 import resource
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -27,7 +27,6 @@ from actorloop.runtime.errors import (
     StoreError,
     sole_error,
 )
-from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.hooks import HookRegistry, Listener, Unsubscribe
 from actorloop.runtime.invariants import InvariantCheckedProvider
 from actorloop.runtime.kernel import Supervisor
@@ -77,7 +76,7 @@ class Runtime:
             if tracing is not None:
                 provider = tracing.wrap(provider)
             if dev_invariants:
-                checked = InvariantCheckedProvider(provider, self._events_of)
+                checked = InvariantCheckedProvider(provider, self._session_of)
                 self._checked[name] = checked
                 self.providers[name] = checked
             else:
@@ -194,8 +193,8 @@ class Runtime:
         """How many requests the dev invariant has checked and passed."""
         return sum(checked.checks_passed for checked in self._checked.values())
 
-    def _events_of(self, session_id: str) -> Sequence[SessionEvent]:
-        return self._loops[session_id].session.events
+    def _session_of(self, session_id: str) -> Session:
+        return self._loops[session_id].session
 
     def provider_for(self, options: AgentOptions) -> Provider:
         """The provider `options` names (or the default); ProviderNotConfigured if none."""
