@@ -21,6 +21,11 @@ flush barriers per step through the CodecActor into the memory store.
   events every sample is a fresh agent's second turn, so the history really is ~10 events.
 * **Many agents** — 1,000 agents spawned in one runtime each run turns concurrently; steps/s
   is total steps over wall time of the concurrent phase.
+* **Dev invariants** — per-step CPU time (this thread) with the dev invariant off, on (the
+  incremental replay kept per session), and on with the from-scratch check it replaced (a
+  snapshot of the whole log replayed per request: `check_request(session.events, ...)`), at
+  ~80, ~1,000 and ~10,000 events. The three runtimes are open side by side in one process and
+  their turns are interleaved round by round, so the ratios share the machine's state.
 
 Numbers are from whatever machine runs this (a 2-core shared box for the committed results):
 compare ratios rather than absolute values.
@@ -35,6 +40,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -43,7 +49,12 @@ from typing import Any
 import trio
 
 from actorloop.runtime import Agent, AgentOptions, EchoProvider
+from actorloop.runtime.chunks import StreamChunk
+from actorloop.runtime.invariants import check_request
+from actorloop.runtime.providers.base import ModelInfo, opened_stream
+from actorloop.runtime.request import Request
 from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.session import Session
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OPTIONS = AgentOptions(model="bench-model", system="You are a benchmark.")
@@ -132,6 +143,63 @@ async def _many_agents(count: int, turns: int) -> dict[str, Any]:
     }
 
 
+class FromScratchCheck:
+    """The dev invariant as it was before the incremental replay: every request replays a
+    snapshot of the whole log from scratch. `enabled` is off while the history is grown."""
+
+    name = "echo"
+
+    def __init__(self) -> None:
+        self.inner = EchoProvider()
+        self.sessions: dict[str, Session] = {}
+        self.enabled = False
+
+    def model_info(self, model: str) -> ModelInfo | None:
+        return self.inner.model_info(model)
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        if self.enabled and not request.one_shot:
+            check_request(self.sessions[request.session_id].events, request)
+        async with opened_stream(self.inner, request) as stream:
+            async for chunk in stream:
+                yield chunk
+
+
+async def _invariant_cost(history: int, rounds: int) -> dict[str, Any]:
+    """Per-step CPU µs with the invariant off / incremental / from scratch, interleaved."""
+    scratch = FromScratchCheck()
+    modes = ("off", "incremental", "from_scratch")
+    cpu: dict[str, list[float]] = {mode: [] for mode in modes}
+    async with (
+        Runtime.open(store="memory:", provider=EchoProvider()) as off,
+        Runtime.open(store="memory:", provider=EchoProvider(), dev_invariants=True) as on,
+        Runtime.open(store="memory:", provider=scratch) as old,
+    ):
+        agents: dict[str, Agent] = {}
+        for mode, rt in zip(modes, (off, on, old), strict=True):
+            agent = agents[mode] = await rt.spawn(OPTIONS)
+            scratch.sessions[agent.id] = agent.session
+            await _grow(agent, history)
+        scratch.enabled = True
+        gc.collect()
+        for _ in range(rounds):
+            for mode in modes:
+                _wall, cpu_time = await _time_turn(agents[mode])
+                cpu[mode].append(cpu_time)
+        size = len(agents["off"].session)
+    median = {mode: statistics.median(samples) * 1e6 for mode, samples in cpu.items()}
+    return {
+        "target_events": history,
+        "history_events_at_end": size,
+        "steps_timed_per_mode": rounds,
+        "median_cpu_us_off": round(median["off"], 1),
+        "median_cpu_us_incremental": round(median["incremental"], 1),
+        "median_cpu_us_from_scratch": round(median["from_scratch"], 1),
+        "ratio_incremental_vs_off": round(median["incremental"] / median["off"], 3),
+        "ratio_from_scratch_vs_off": round(median["from_scratch"] / median["off"], 3),
+    }
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in ("trio", "attrs", "cattrs", "orjson"):
@@ -161,6 +229,8 @@ async def _run(quick: bool) -> dict[str, Any]:
     by_size = {row["target_events"]: row for row in per_step}
     small, large = by_size[10], by_size[10_000]
     many = await _many_agents(1_000, 2 if quick else 5)
+    rounds = 10 if quick else 40
+    invariants = [await _invariant_cost(size, rounds) for size in (80, 1_000, 10_000)]
     return {
         # Headline figures first (the benchmark summary reads the top-level numbers).
         "per_step_us_at_10_events": small["median_us_per_step"],
@@ -171,7 +241,10 @@ async def _run(quick: bool) -> dict[str, Any]:
             large["median_cpu_us_per_step"] / small["median_cpu_us_per_step"], 3
         ),
         "steps_per_s_1000_agents": many["steps_per_s"],
+        "dev_invariants_ratio_at_80_events": invariants[0]["ratio_incremental_vs_off"],
+        "dev_invariants_ratio_at_10000_events": invariants[-1]["ratio_incremental_vs_off"],
         "per_step": per_step,
+        "dev_invariants": invariants,
         "many_agents": many,
         "workload": {
             "provider": "EchoProvider (no latency)",
@@ -235,7 +308,25 @@ def to_markdown(report: dict[str, Any]) -> str:
         f"{many['wall_s']:.3f} | {many['steps_per_s']:,} | {many['events_per_s']:,} | "
         f"{many['spawn_us_per_agent']:.1f} |",
         "",
+        "## Dev invariants on vs off",
+        "",
+        "Median CPU µs per single-step turn (this thread), three runtimes side by side in one "
+        "process, turns interleaved round by round: invariant off, on (incremental replay kept "
+        "per session), and the from-scratch check it replaced (the whole log snapshotted and "
+        "replayed per request). Target: on ≤ 1.5× off, flat to 10k events.",
+        "",
+        "| history (events) | steps per mode | off µs | incremental µs | from-scratch µs "
+        "| incremental / off | from-scratch / off |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    for row in report["dev_invariants"]:
+        lines.append(
+            f"| {row['target_events']:,} | {row['steps_timed_per_mode']} | "
+            f"{row['median_cpu_us_off']:.1f} | {row['median_cpu_us_incremental']:.1f} | "
+            f"{row['median_cpu_us_from_scratch']:.1f} | "
+            f"**{row['ratio_incremental_vs_off']:.3f}** | {row['ratio_from_scratch_vs_off']:.3f} |"
+        )
+    lines.append("")
     return "\n".join(lines)
 
 
