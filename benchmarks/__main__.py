@@ -28,6 +28,7 @@ MODULES = (
     "bench_session",
     "bench_store",
     "bench_loop",
+    "bench_floor",
     "bench_runtime",
     "bench_compaction",
     "bench_cache",
