@@ -17,6 +17,7 @@ from actorloop.runtime.errors import (
     AgentClosed,
     AgentError,
     CallConfigError,
+    CollectorPolicyError,
     CompactionFailed,
     ContentError,
     ErrorCode,
@@ -118,6 +119,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "actorloop.runtime.agent": ("Agent",),
     "actorloop.runtime.chunks": ("ErrorInfo", "TokenUsage"),
+    "actorloop.runtime.collector": ("CollectorPolicy",),
     "actorloop.runtime.events": ("Append", "Replace", "SessionEvent"),
     "actorloop.runtime.header": (
         "EpochHeader",
@@ -184,6 +186,8 @@ __all__ = [
     "Append",
     "Block",
     "CallConfigError",
+    "CollectorPolicy",
+    "CollectorPolicyError",
     "CompactionConfig",
     "CompactionFailed",
     "ContentError",

@@ -52,6 +52,7 @@ keep working)::
     ├── RequestRebuildError            [LookupError] no model answer at that seq to rebuild
     ├── WorkloadError                  [ValueError] a workload file does not match its schema
     ├── TelemetryError                 tracing was asked for and cannot be set up
+    ├── CollectorPolicyError           [ValueError] collector thresholds that gc cannot take
     └── ServiceError                   the HTTP service refused a request; `.code` says why
         ├── InvalidRequestBody         [ValueError] a body that is not JSON, too big, off-schema
         ├── UnknownProfile             [LookupError] no agent profile by that name
@@ -505,6 +506,11 @@ class WorkloadError(ActorloopError, ValueError):
 class TelemetryError(ActorloopError):
     """Tracing was asked for and cannot be set up: opentelemetry-api is not installed (the
     `otel` extra), or the `telemetry` setting is not a bool, a `Telemetry` or None."""
+
+
+class CollectorPolicyError(ActorloopError, ValueError):
+    """A `CollectorPolicy` was given thresholds that are not three ints >= 0, or a runtime
+    was given something that is not a `CollectorPolicy`."""
 
 
 # ---------------------------------------------------------------------- the HTTP service

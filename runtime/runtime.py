@@ -17,8 +17,10 @@ from actorloop.actors.codec import CodecActor
 from actorloop.actors.compaction import CompactionActor
 from actorloop.actors.loop import Compactor, LoopActor, SessionStartKind
 from actorloop.runtime.agent import Agent
+from actorloop.runtime.collector import CollectorPolicy
 from actorloop.runtime.errors import (
     AgentClosed,
+    CollectorPolicyError,
     ErrorCode,
     ProviderNotConfigured,
     RuntimeClosed,
@@ -58,6 +60,7 @@ class Runtime:
         dev_invariants: bool,
         compactor: Compactor | None,
         tracing: Tracing | None = None,
+        collector: CollectorPolicy | None = None,
     ) -> None:
         self._supervisor = supervisor
         self._owned_work = owned_work
@@ -65,6 +68,7 @@ class Runtime:
         self.codec = codec
         self.dev_invariants = dev_invariants
         self.compactor = compactor
+        self.collector = collector if collector is not None else CollectorPolicy()
         self.hooks = HookRegistry()
         self._loops: dict[str, LoopActor] = {}
         self._leases: dict[str, Any] = {}
@@ -96,6 +100,7 @@ class Runtime:
         compactor: Compactor | None = None,
         compaction: bool = True,
         telemetry: TelemetrySetting = None,
+        collector: CollectorPolicy | None = None,
     ) -> AsyncIterator[Runtime]:
         """Open a runtime: `async with Runtime.open(...) as rt`.
 
@@ -105,10 +110,16 @@ class Runtime:
         a replay of the log before it is sent. `compactor`/`compaction` choose the
         compaction gate (on by default). `telemetry`: OpenTelemetry spans
         (runtime/telemetry.py); by default on when opentelemetry-api is importable, so the
-        global tracer provider decides. Leaving the block disposes every agent (running
-        turns end `disposed`), flushes and closes the store; errors come out as plain
-        typed exceptions.
+        global tracer provider decides. `collector`: what the runtime does to Python's
+        cyclic garbage collector while it is open (`CollectorPolicy`; by default nothing —
+        `CollectorPolicy.many_agents()` for thousands of agents, docs/performance.md).
+        Leaving the block disposes every agent (running turns end `disposed`), flushes and
+        closes the store; errors come out as plain typed exceptions.
         """
+        if collector is not None and not isinstance(collector, CollectorPolicy):
+            raise CollectorPolicyError(
+                f"collector must be a CollectorPolicy or None, got {type(collector).__name__}"
+            )
         tracing = open_tracing(telemetry)
         all_providers: dict[str, Provider] = dict(providers or {})
         default_name: str | None = None
@@ -121,6 +132,7 @@ class Runtime:
         if compactor is None and compaction:
             compactor = CompactionActor()
         codec = CodecActor(store_obj)
+        restore_collector = (collector or CollectorPolicy()).apply()
         try:
             async with _plain_errors(), trio.open_nursery() as services:
                 # The store writer outlives an outer cancellation: loops closing their turns
@@ -144,6 +156,7 @@ class Runtime:
                             dev_invariants=dev_invariants,
                             compactor=compactor,
                             tracing=tracing,
+                            collector=collector,
                         )
                         for provider in all_providers.values():
                             await _open_provider(provider)
@@ -164,6 +177,7 @@ class Runtime:
         finally:
             with trio.CancelScope(shield=True):
                 await store_obj.close()
+            restore_collector()
 
     # ------------------------------------------------------------------ listeners
 
@@ -389,6 +403,8 @@ class Runtime:
         # disposing it; a cancel here would leave a live agent nobody holds.
         with trio.CancelScope(shield=True):
             await loop.started.wait()
+        if origin != "startup":
+            self.collector.after_load()
         return loop.agent
 
     def _loop_finished(self, loop: LoopActor) -> None:

@@ -1,0 +1,73 @@
+"""`CollectorPolicy`: how a runtime manages Python's cyclic garbage collector while it is open
+(thresholds, and `gc.freeze()` once a loaded session's loop has started) — docs/performance.md."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+from attrs import field, frozen
+
+from actorloop.runtime.errors import CollectorPolicyError
+
+MANY_AGENTS_THRESHOLDS = (50_000, 20, 100)
+"""Collector thresholds for a process holding thousands of agents: a young collection every
+50,000 net allocations instead of 700, and older generations examined 2× and 10× less often
+than by default (700, 10, 10). A loop's long-lived state (frozen events, messages, requests)
+forms no reference cycles, so rarer collections free the same memory with far fewer pauses."""
+
+
+def _thresholds(value: object) -> tuple[int, int, int] | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, tuple)
+        or len(value) != 3
+        or not all(type(item) is int and item >= 0 for item in value)
+    ):
+        raise CollectorPolicyError(
+            f"collector thresholds must be a tuple of three ints >= 0, got {value!r}"
+        )
+    return value
+
+
+@frozen
+class CollectorPolicy:
+    """What a runtime does to the process-wide collector (the default changes nothing).
+
+    `thresholds`: passed to `gc.set_threshold` when the runtime opens; the previous
+    thresholds are restored when it closes (runtimes opened inside each other restore in
+    order). `freeze_after_load`: `gc.freeze()` once a resumed or forked session's loop has
+    started, so the events it loaded move to the permanent generation and no later full
+    collection walks them again; when the runtime closes, `gc.unfreeze()` hands everything
+    frozen back to the collector. Both act on the whole process, not only this runtime.
+    """
+
+    thresholds: tuple[int, int, int] | None = field(default=None, converter=_thresholds)
+    freeze_after_load: bool = False
+
+    @classmethod
+    def many_agents(cls) -> CollectorPolicy:
+        """The documented setting for thousands of agents in one process:
+        `MANY_AGENTS_THRESHOLDS` and a freeze after every load."""
+        return cls(thresholds=MANY_AGENTS_THRESHOLDS, freeze_after_load=True)
+
+    def apply(self) -> Callable[[], None]:
+        """Set the thresholds; returns what undoes this policy (restores the thresholds it
+        replaced and unfreezes) when the runtime closes."""
+        saved = gc.get_threshold()
+        if self.thresholds is not None:
+            gc.set_threshold(*self.thresholds)
+
+        def restore() -> None:
+            if self.thresholds is not None:
+                gc.set_threshold(*saved)
+            if self.freeze_after_load:
+                gc.unfreeze()
+
+        return restore
+
+    def after_load(self) -> None:
+        """Called once a loaded session's loop has started."""
+        if self.freeze_after_load:
+            gc.freeze()
