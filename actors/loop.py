@@ -381,6 +381,42 @@ class _ResultsInOrder:
 class LoopActor:
     """The only writer of its session. Its inbox is a bounded kernel mailbox of turn items."""
 
+    # Slots: thousands of idle agents each hold one; a per-instance dict costs ~1.3 KiB.
+    __slots__ = (
+        "_appended",
+        "_closed",
+        "_compactor",
+        "_disposing",
+        "_finished",
+        "_flush_lock",
+        "_global_hooks",
+        "_idle",
+        "_inbox",
+        "_mailbox",
+        "_on_finished",
+        "_outstanding",
+        "_owned",
+        "_persist",
+        "_persisted",
+        "_prefix_chain",
+        "_seed_from_options",
+        "_steering",
+        "_stop_mailbox",
+        "_turn",
+        "agent",
+        "current_tools",
+        "failure",
+        "logged_header",
+        "meter",
+        "options",
+        "origin",
+        "provider",
+        "session",
+        "session_prefix",
+        "started",
+        "status",
+    )
+
     def __init__(
         self,
         *,
@@ -429,10 +465,12 @@ class LoopActor:
         self._idle = trio.Event()
         self._idle.set()
         self._finished = trio.Event()
-        self._appended = trio.lowlevel.ParkingLot()
-        """Readers of `events()` waiting for the next append (or the end of the loop)."""
+        self._appended: trio.lowlevel.ParkingLot | None = None
+        """Readers of `events()` waiting for the next append (or the end of the loop);
+        created by the first reader that waits, so an agent nobody reads holds none."""
         self.failure: BaseException | None = None
-        self._owned: set[trio.CancelScope] = set()
+        self._owned: set[trio.CancelScope] | None = None
+        """Background work owned with `own()`; created on first use."""
         self.meter = TokenMeter(session)
 
     # ------------------------------------------------------------------ public surface
@@ -498,14 +536,14 @@ class LoopActor:
         self._work_added(owned=scope)
 
         def release() -> None:
-            if scope in self._owned:
+            if self._owned is not None and scope in self._owned:
                 self._owned.discard(scope)
                 self._work_changed()
 
         return release
 
     def _cancel_owned(self) -> None:
-        for scope in tuple(self._owned):
+        for scope in tuple(self._owned or ()):
             scope.cancel()
 
     def cancel(self, reason: str | None, keep_inbox: bool) -> None:
@@ -694,6 +732,8 @@ class LoopActor:
         if owned is None:
             self._outstanding += 1
         else:
+            if self._owned is None:
+                self._owned = set()
             self._owned.add(owned)
         self._refresh_status()
 
@@ -766,7 +806,8 @@ class LoopActor:
             self._discard_queued()
             self._refresh_status()
             self._finished.set()
-            self._appended.unpark_all()
+            if self._appended is not None:
+                self._appended.unpark_all()
             self._on_finished(self)
 
     async def _run_item(self, item: TurnItem) -> None:
@@ -877,7 +918,8 @@ class LoopActor:
         chain = self._chain("session/event")
         if chain:
             run_notify("session/event", chain, self.agent, event)
-        self._appended.unpark_all()
+        if self._appended is not None:
+            self._appended.unpark_all()
         return event
 
     async def wait_for_events(self, seen: int) -> bool:
@@ -886,6 +928,8 @@ class LoopActor:
         while len(self.session) <= seen:
             if self._finished.is_set():
                 return False
+            if self._appended is None:
+                self._appended = trio.lowlevel.ParkingLot()
             await self._appended.park()
         return True
 
