@@ -42,7 +42,7 @@ from typing import Any
 
 import trio
 
-from actorloop.runtime import AgentOptions, EchoProvider
+from actorloop.runtime import AgentOptions, CollectorPolicy, EchoProvider
 from actorloop.runtime.chunks import TextDelta, TokenUsage
 from actorloop.runtime.events import (
     APPEND,
@@ -69,8 +69,6 @@ OPTIONS = AgentOptions(model="echo-model", system="You are a benchmark agent.")
 TURNS = 3
 LATENCY = 0.001
 LOG_SIZES = (100, 100_000)
-GC_TUNED = (50_000, 20, 100)
-"""Collector thresholds for the second many-agent run (gen0 every 50,000 allocations)."""
 
 
 def rss_bytes() -> int:
@@ -135,30 +133,29 @@ class GcClock:
         gc.callbacks.remove(self._callback)
 
 
-async def bench_agents(
-    count: int, root: Path, gc_threshold: tuple[int, int, int] | None = None
-) -> dict[str, Any]:
-    """Spawn `count` agents, run TURNS turns each concurrently; with `gc_threshold`, the
-    collector's thresholds are set to it for the run (and restored)."""
-    saved = gc.get_threshold()
-    if gc_threshold is not None:
-        gc.set_threshold(*gc_threshold)
-    try:
-        return await _bench_agents(count, root / f"agents-{gc_threshold is not None}.db")
-    finally:
-        gc.set_threshold(*saved)
+async def bench_agents(count: int, root: Path, store: str, managed: bool) -> dict[str, Any]:
+    """Spawn `count` agents, run TURNS turns each concurrently, on `store` (`memory` or
+    `sqlite`); `managed`: the runtime opens with `CollectorPolicy.many_agents()`."""
+    url = "memory:" if store == "memory" else f"sqlite:{root / 'agents.db'}"
+    policy = CollectorPolicy.many_agents() if managed else None
+    report = await _bench_agents(count, url, policy)
+    return {"store": store, "collector": "many_agents" if managed else "default", **report}
 
 
-async def _bench_agents(count: int, db: Path) -> dict[str, Any]:
-    url = f"sqlite:{db}"
+async def _bench_agents(count: int, url: str, policy: CollectorPolicy | None) -> dict[str, Any]:
     provider = EchoProvider(latency=LATENCY)
     gc.collect()
     rss_before = rss_bytes()
     fds_before = open_fds()
-    async with Runtime.open(store=url, provider=provider) as rt:
+    async with Runtime.open(store=url, provider=provider, collector=policy) as rt:
+        gc_threshold = gc.get_threshold()
         started = time.perf_counter()
+        cpu_started = time.process_time()
         agents = [await rt.spawn(OPTIONS, session_id=f"agent-{n:05d}") for n in range(count)]
+        spawn_cpu_s = time.process_time() - cpu_started
         spawn_s = time.perf_counter() - started
+        gc.collect()
+        rss_spawned = rss_bytes()
         fds_live = open_fds()
         failures = 0
 
@@ -171,21 +168,27 @@ async def _bench_agents(count: int, db: Path) -> dict[str, Any]:
 
         with GcClock() as gc_clock:
             started = time.perf_counter()
+            cpu_started = time.process_time()
             async with trio.open_nursery() as nursery:
                 for agent in agents:
                     nursery.start_soon(drive, agent)
+            run_cpu_s = time.process_time() - cpu_started
             run_s = time.perf_counter() - started
+        gc.collect()
         rss_after = rss_bytes()
         events = sum(len(agent.session) for agent in agents)
         steps = provider.calls
         started = time.perf_counter()
     shutdown_s = time.perf_counter() - started
-    store = open_store(url)
-    try:
-        sample = await store.load(agents[-1].id)
-    finally:
-        await store.close()
-    if failures or steps != count * TURNS or len(sample[1]) != len(agents[-1].session):
+    if url != "memory:":
+        store = open_store(url)
+        try:
+            sample = await store.load(agents[-1].id)
+        finally:
+            await store.close()
+        if len(sample[1]) != len(agents[-1].session):
+            raise RuntimeError("the last agent's stored log differs from its live log")
+    if failures or steps != count * TURNS:
         raise RuntimeError(f"benchmark run was not clean: {failures} failed turns, {steps} steps")
     return {
         "agents": count,
@@ -193,9 +196,11 @@ async def _bench_agents(count: int, db: Path) -> dict[str, Any]:
         "provider_latency_s": LATENCY,
         "spawn_s": round(spawn_s, 3),
         "spawn_us_per_agent": round(spawn_s / count * 1e6, 1),
+        "spawn_cpu_us_per_agent": round(spawn_cpu_s / count * 1e6, 1),
         "run_wall_s": round(run_s, 3),
         "steps": steps,
         "steps_per_s": round(steps / run_s, 1),
+        "cpu_us_per_step": round(run_cpu_s / steps * 1e6, 1),
         "events": events,
         "events_per_s": round(events / run_s, 1),
         "gc_pause_s_during_turns": round(gc_clock.seconds, 3),
@@ -205,28 +210,51 @@ async def _bench_agents(count: int, db: Path) -> dict[str, Any]:
         "peak_rss_mib": mib(peak_rss_bytes()),
         "rss_growth_mib": mib(rss_after - rss_before),
         "rss_per_agent_kib": round((rss_after - rss_before) / count / 1024, 1),
+        "rss_per_idle_agent_before_turns_kib": round((rss_spawned - rss_before) / count / 1024, 1),
         "open_fds_before": fds_before,
         "open_fds_with_live_agents": fds_live,
         "fds_per_live_agent": round((fds_live - fds_before) / count, 3),
         "fd_soft_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-        "gc_threshold": list(gc.get_threshold()),
+        "gc_threshold": list(gc_threshold),
     }
 
 
-async def isolated_agents_run(count: int, *, tuned: bool) -> dict[str, Any]:
+async def isolated_agents_run(count: int, store: str, *, managed: bool) -> dict[str, Any]:
+    """One many-agent run in a fresh process (clean RSS and peak figures)."""
     command = [sys.executable, "-m", "benchmarks.bench_runtime", "--agents", str(count)]
-    command += ["--agents-only-json", *(["--tuned-gc"] if tuned else [])]
+    command += ["--agents-only-json", "--store", store, *(["--managed-gc"] if managed else [])]
     done = await trio.run_process(command, cwd=ROOT, capture_stdout=True, check=True)
     report: dict[str, Any] = json.loads(done.stdout)
     return report
 
 
-def agents_only(count: int, tuned: bool) -> None:
+def agents_only(count: int, store: str, managed: bool) -> None:
     async def run() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="actorloop-bench-") as tmp:
-            return await bench_agents(count, Path(tmp), GC_TUNED if tuned else None)
+            return await bench_agents(count, Path(tmp), store, managed)
 
     print(json.dumps(trio.run(run)))
+
+
+async def scale_matrix(small: int, large: int) -> dict[str, Any]:
+    """Both stores × both sizes × default and managed collector, each in a fresh process;
+    per store and collector, the large run's steps/s as a ratio to the small run's."""
+    runs: list[dict[str, Any]] = []
+    for store in ("memory", "sqlite"):
+        for count in (small, large):
+            for managed in (False, True):  # interleaved: both settings see the same load
+                runs.append(await isolated_agents_run(count, store, managed=managed))
+    ratios: dict[str, float] = {}
+    for store in ("memory", "sqlite"):
+        for collector in ("default", "many_agents"):
+            by_size = {
+                run["agents"]: run
+                for run in runs
+                if run["store"] == store and run["collector"] == collector
+            }
+            ratio = by_size[large]["steps_per_s"] / by_size[small]["steps_per_s"]
+            ratios[f"{store}, {collector}"] = round(ratio, 3)
+    return {"small": small, "large": large, "runs": runs, "steps_per_s_large_vs_small": ratios}
 
 
 # ---------------------------------------------------------------- fork / resume latency
@@ -364,8 +392,11 @@ async def main(agents: int, quick: bool) -> dict[str, Any]:
         for size in LOG_SIZES if not quick else (100, 10_000):
             latency[str(size)] = await bench_latency(size, root, repeats=3 if size > 1_000 else 10)
     # Each many-agent run in a fresh process: clean RSS and peak figures per run.
-    many = await isolated_agents_run(agents, tuned=False)
-    tuned = await isolated_agents_run(agents, tuned=True)
+    scale = await scale_matrix(max(agents // 10, 1), agents)
+    large_sqlite = [
+        run for run in scale["runs"] if run["store"] == "sqlite" and run["agents"] == agents
+    ]
+    many, tuned = sorted(large_sqlite, key=lambda run: run["collector"] != "default")
     return {
         "benchmark": "runtime",
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -375,6 +406,7 @@ async def main(agents: int, quick: bool) -> dict[str, Any]:
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "many_agents": many,
         "many_agents_gc_tuned": tuned,
+        "scale": scale,
         "fork_resume_latency": latency,
     }
 
@@ -497,11 +529,12 @@ def cli() -> None:
     parser.add_argument("--quick", action="store_true", help="1,000 agents; 100/10k logs")
     parser.add_argument("--agents", type=int, default=None)
     parser.add_argument("--agents-only-json", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--tuned-gc", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--managed-gc", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--store", choices=("memory", "sqlite"), default="sqlite")
     args = parser.parse_args()
     agents = args.agents or (1_000 if args.quick else 10_000)
     if args.agents_only_json:
-        agents_only(agents, args.tuned_gc)
+        agents_only(agents, args.store, args.managed_gc)
         return
     report = trio.run(main, agents, args.quick)
     text = render(report)

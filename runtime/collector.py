@@ -1,5 +1,5 @@
 """`CollectorPolicy`: how a runtime manages Python's cyclic garbage collector while it is open
-(thresholds, and `gc.freeze()` once a loaded session's loop has started) — docs/performance.md."""
+(thresholds, and `gc.freeze()` once an agent's loop has started) — docs/performance.md."""
 
 from __future__ import annotations
 
@@ -37,20 +37,24 @@ class CollectorPolicy:
 
     `thresholds`: passed to `gc.set_threshold` when the runtime opens; the previous
     thresholds are restored when it closes (runtimes opened inside each other restore in
-    order). `freeze_after_load`: `gc.freeze()` once a resumed or forked session's loop has
-    started, so the events it loaded move to the permanent generation and no later full
-    collection walks them again; when the runtime closes, `gc.unfreeze()` hands everything
-    frozen back to the collector. Both act on the whole process, not only this runtime.
+    order). `freeze_after_start`: `gc.freeze()` once an agent's loop has started (spawn,
+    resume, fork), so the session it loaded and the state it built move to the permanent
+    generation and no later collection walks them again; when a loop ends, and when the
+    runtime closes, `gc.unfreeze()` hands everything frozen back to the collector, whose
+    next full collection reclaims the ended agent's reference cycles. Meant for a process
+    that holds its agents for a long time: one that keeps starting and ending agents gains
+    little and may keep an ended agent's cycles until a later end or the close. Both
+    settings act on the whole process, not only this runtime.
     """
 
     thresholds: tuple[int, int, int] | None = field(default=None, converter=_thresholds)
-    freeze_after_load: bool = False
+    freeze_after_start: bool = False
 
     @classmethod
     def many_agents(cls) -> CollectorPolicy:
-        """The documented setting for thousands of agents in one process:
-        `MANY_AGENTS_THRESHOLDS` and a freeze after every load."""
-        return cls(thresholds=MANY_AGENTS_THRESHOLDS, freeze_after_load=True)
+        """The documented setting for thousands of long-lived agents in one process:
+        `MANY_AGENTS_THRESHOLDS` and a freeze after every start."""
+        return cls(thresholds=MANY_AGENTS_THRESHOLDS, freeze_after_start=True)
 
     def apply(self) -> Callable[[], None]:
         """Set the thresholds; returns what undoes this policy (restores the thresholds it
@@ -62,12 +66,17 @@ class CollectorPolicy:
         def restore() -> None:
             if self.thresholds is not None:
                 gc.set_threshold(*saved)
-            if self.freeze_after_load:
+            if self.freeze_after_start:
                 gc.unfreeze()
 
         return restore
 
-    def after_load(self) -> None:
-        """Called once a loaded session's loop has started."""
-        if self.freeze_after_load:
+    def after_start(self) -> None:
+        """Called once an agent's loop has started."""
+        if self.freeze_after_start:
             gc.freeze()
+
+    def after_finish(self) -> None:
+        """Called once an agent's loop has ended."""
+        if self.freeze_after_start:
+            gc.unfreeze()

@@ -403,11 +403,11 @@ class Runtime:
         # disposing it; a cancel here would leave a live agent nobody holds.
         with trio.CancelScope(shield=True):
             await loop.started.wait()
-        if origin != "startup":
-            self.collector.after_load()
+        self.collector.after_start()
         return loop.agent
 
     def _loop_finished(self, loop: LoopActor) -> None:
+        self.collector.after_finish()
         if self._loops.get(loop.session.id) is loop:
             del self._loops[loop.session.id]
             lease = self._leases.pop(loop.session.id, None)

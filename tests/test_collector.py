@@ -4,6 +4,7 @@ freezes after a load when asked, and refuses malformed settings with a typed err
 from __future__ import annotations
 
 import gc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ def test_the_default_policy_leaves_the_collector_alone() -> None:
     assert gc.get_threshold() == (900, 11, 12)
 
 
-def test_many_agents_freezes_after_a_resume_and_unfreezes_on_close(tmp_path: Path) -> None:
+def test_many_agents_freezes_after_each_start_and_unfreezes_on_close(tmp_path: Path) -> None:
     url = f"sqlite:{tmp_path / 'db.sqlite'}"
     frozen: list[int] = []
 
@@ -67,11 +68,12 @@ def test_many_agents_freezes_after_a_resume_and_unfreezes_on_close(tmp_path: Pat
         async with Runtime.open(store=url, provider=EchoProvider()) as rt:
             agent = await rt.spawn(OPTIONS, session_id="s1")
             assert (await agent.send("hi")).reason == "completed"
+            frozen.append(gc.get_freeze_count())  # the default policy freezes nothing
         policy = CollectorPolicy.many_agents()
         async with Runtime.open(store=url, provider=EchoProvider(), collector=policy) as rt:
             assert gc.get_threshold() == MANY_AGENTS_THRESHOLDS
             await rt.spawn(OPTIONS, session_id="s2")
-            frozen.append(gc.get_freeze_count())  # a spawn loads nothing: no freeze
+            frozen.append(gc.get_freeze_count())
             resumed = await rt.resume("s1")
             frozen.append(gc.get_freeze_count())
             assert (await resumed.send("again")).reason == "completed"
@@ -79,8 +81,32 @@ def test_many_agents_freezes_after_a_resume_and_unfreezes_on_close(tmp_path: Pat
 
     trio.run(main)
     assert frozen[0] == 0
-    assert frozen[1] > 0
-    assert frozen[2] == 0
+    assert 0 < frozen[1] < frozen[2]
+    assert frozen[3] == 0
+
+
+def test_an_ended_agent_is_handed_back_to_the_collector() -> None:
+    """Frozen objects are never collected: when a loop ends the policy unfreezes, so the
+    ended agent's reference cycles (the loop and its handle) are reclaimed while the
+    runtime stays open."""
+    outcome: list[bool] = []
+
+    async def main() -> None:
+        policy = CollectorPolicy.many_agents()
+        async with Runtime.open(provider=EchoProvider(), collector=policy) as rt:
+            keep = await rt.spawn(OPTIONS)
+            agent = await rt.spawn(OPTIONS)
+            assert (await agent.send("hi")).reason == "completed"
+            session = weakref.ref(agent.session)
+            await agent.dispose()
+            del agent
+            gc.collect()
+            outcome.append(session() is None)
+            assert gc.get_freeze_count() == 0
+            assert (await keep.send("still here")).reason == "completed"
+
+    trio.run(main)
+    assert outcome == [True]
 
 
 @pytest.mark.parametrize(
