@@ -188,22 +188,21 @@ def _compaction(report: dict[str, Any]) -> Headlines:
 def _peers(report: dict[str, Any]) -> Headlines:
     out: Headlines = {}
     turns = report["workload"]["turns"]
-    long = report.get("long", {"results": {}})
+    base = report.get("base", "actorloop")
     for name, row in report["results"].items():
         out[f"{name}: mean µs/step ({turns} turns)"] = row["mean_us_per_step"]
-        if name != "actorloop":
-            ratio = row.get("ratios_vs_actorloop", {}).get("mean_us_per_step")
-            out[f"{name}: × actorloop ({turns} turns)"] = ratio
-        out[f"{name}: per-step growth, last vs early turns"] = row["growth_late_vs_early"]
-        long_row = long["results"].get(name)
-        if long_row is not None:
-            out[f"{name}: per-step growth over {long['turns']} turns"] = long_row[
-                "growth_late_vs_early"
-            ]
-            if name != "actorloop":
-                out[f"{name}: × actorloop over {long['turns']} turns (cpu)"] = long_row[
-                    "ratios_vs_actorloop"
-                ]["cpu_us_per_step"]
+        if name != base:
+            ratio = row.get("ratios_vs_base", {}).get("cpu_us_per_step")
+            out[f"{name}: cpu × {base} ({turns} turns)"] = ratio
+    history = report.get("history")
+    if history is not None:
+        for name, row in history["results"].items():
+            if name == base:
+                continue
+            for point, cell in row.items():
+                out[f"{name}: cpu × {base} at {int(point):,} history messages"] = cell.get(
+                    "cpu_x_base"
+                )
     if report.get("missing_peers"):
         out["not installed"] = ", ".join(report["missing_peers"])
     return out

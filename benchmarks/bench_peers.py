@@ -16,6 +16,12 @@ framework: one turn's wall time, from submitting the user message until the fram
 back the turn's result and the history for the next turn, divided by its 2 model steps.
 Frameworks run in turn (round-robin), each repetition on a fresh agent in a fresh event loop
 (`trio.run` for actorloop, `asyncio.run` for the peers), after one discarded warm-up run.
+
+Every framework validates the tool's arguments: the peers with pydantic (from the
+function's signature), actorloop with jsonschema against the tool's JSON Schema. Ratios are
+against actorloop on its durable `sqlite:` store (the default comparison with checkpointing
+peers); a second conversation of 252 turns reads the per-step cost at 12, 100 and 1,000
+history messages (the turns whose history reaches them, ±1 turn).
 """
 
 from __future__ import annotations
@@ -43,10 +49,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TURNS = 20
 REPS = 10
 QUICK_REPS = 2
-# A longer conversation, fewer repetitions: shows whether per-step cost grows with history.
-LONG_TURNS = 100
-LONG_REPS = 5
 STEPS_PER_TURN = 2
+HISTORY_PER_TURN = 4
+# Per-step cost read at these history lengths (messages before the turn), one conversation
+# long enough for the largest; fewer repetitions than the short suite.
+HISTORY_POINTS = (12, 100, 1_000)
+QUICK_HISTORY_POINTS = (12, 100)
+HISTORY_REPS = 3
+BASE = "actorloop (sqlite:)"
+"""The default comparison: checkpointing peers keep their history durable or in a saver, so
+actorloop is compared on its durable store; the memory: row is shown beside it."""
 SYSTEM = "You are terse. Use the echo tool when asked to echo something."
 TOOL_NAME = "echo"
 TOOL_DESCRIPTION = "Echo the argument x back."
@@ -353,6 +365,7 @@ PEERS = (
         "actorloop",
         "ScriptedProvider streams the canned chunks; memory: store. Every chunk, message, "
         "tool call/result and step boundary is a validated, frozen log event (~11 per step), "
+        "tool arguments are validated against the tool's JSON Schema (jsonschema), "
         "hooks run, the request is rebuilt from the log (system + history) with its digest, "
         "events go through the CodecActor to the store, a flush barrier ends each turn",
         _actorloop(lambda directory: "memory:"),
@@ -478,10 +491,49 @@ def _with_ratios(rows: dict[str, dict[str, Any]], base: str) -> None:
         return
     reference = rows[base]
     for row in rows.values():
-        row["ratios_vs_actorloop"] = {
+        row["ratios_vs_base"] = {
             key: round(row[key] / reference[key], 3)
             for key in ("mean_us_per_step", "median_us_per_step", "cpu_us_per_step")
         }
+
+
+def history_turns(points: Sequence[int]) -> int:
+    """Turns a conversation needs so the turn after the largest point's turn exists."""
+    return max(points) // HISTORY_PER_TURN + 2
+
+
+def _at_history(trials: list[Trial], point: int) -> dict[str, Any]:
+    """Median per-step cost over the runs and the turns around the one whose history (the
+    messages before it) is `point`: that turn and its neighbours."""
+    turn = point // HISTORY_PER_TURN  # 0-based index of the turn starting at `point`
+    window = range(max(turn - 1, 1), turn + 2)
+    wall = [_us_per_step(trial.wall[index]) for trial in trials for index in window]
+    cpu = [_us_per_step(trial.cpu[index]) for trial in trials for index in window]
+    return {
+        "history_messages": point,
+        "turns": [index + 1 for index in window],
+        "median_us_per_step": round(statistics.median(wall), 1),
+        "median_cpu_us_per_step": round(statistics.median(cpu), 1),
+    }
+
+
+def _history_rows(
+    suite: dict[str, list[Trial]], points: Sequence[int]
+) -> dict[str, dict[str, Any]]:
+    rows = {
+        name: {str(p): _at_history(trials, p) for p in points} for name, trials in suite.items()
+    }
+    if BASE in rows:
+        for row in rows.values():
+            for key, cell in row.items():
+                reference = rows[BASE][key]
+                cell["cpu_x_base"] = round(
+                    cell["median_cpu_us_per_step"] / reference["median_cpu_us_per_step"], 3
+                )
+                cell["wall_x_base"] = round(
+                    cell["median_us_per_step"] / reference["median_us_per_step"], 3
+                )
+    return rows
 
 
 def environment() -> dict[str, Any]:
@@ -512,7 +564,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def run(turns: int, reps: int, long_turns: int | None) -> dict[str, Any]:
+def run(turns: int, reps: int, points: Sequence[int], history_reps: int) -> dict[str, Any]:
     peers = _available(PEERS)
     report: dict[str, Any] = {
         "environment": environment(),
@@ -521,8 +573,9 @@ def run(turns: int, reps: int, long_turns: int | None) -> dict[str, Any]:
             "steps_per_turn": STEPS_PER_TURN,
             "reps": reps,
             "tool": f"{TOOL_NAME}(x) -> 'echo:' + x",
-            "history_entries_per_turn": 4,
+            "history_entries_per_turn": HISTORY_PER_TURN,
         },
+        "base": BASE,
         "missing_peers": missing_peers(),
         "peers": {
             peer.name: {"framework": peer.framework, "per_step": peer.per_step} for peer in peers
@@ -531,15 +584,19 @@ def run(turns: int, reps: int, long_turns: int | None) -> dict[str, Any]:
     rows = {
         name: _summarise(trials, turns) for name, trials in _run_suite(peers, turns, reps).items()
     }
-    _with_ratios(rows, "actorloop")
+    _with_ratios(rows, BASE)
     report["results"] = rows
-    if long_turns:
-        long_rows = {
-            name: _summarise(trials, long_turns)
-            for name, trials in _run_suite(peers, long_turns, LONG_REPS).items()
-        }
-        _with_ratios(long_rows, "actorloop")
-        report["long"] = {"turns": long_turns, "reps": LONG_REPS, "results": long_rows}
+    long_turns = history_turns(points)
+    suite = _run_suite(peers, long_turns, history_reps)
+    report["history"] = {
+        "turns": long_turns,
+        "reps": history_reps,
+        "points": list(points),
+        "results": _history_rows(suite, points),
+        "growth": {name: _summarise(trials, long_turns) for name, trials in suite.items()},
+    }
+    for row in report["history"]["growth"].values():
+        del row["per_turn_median_wall_us_per_step"]  # per-turn lists of 252: CPU kept
     return report
 
 
@@ -560,6 +617,11 @@ def _growth_rows(results: dict[str, dict[str, Any]], turns: int) -> list[str]:
     return lines
 
 
+def _history_cell(cell: dict[str, Any]) -> str:
+    ratio = cell.get("cpu_x_base", float("nan"))
+    return f"{cell['median_cpu_us_per_step']:,.0f} ({ratio:.2f}×)"
+
+
 def to_markdown(report: dict[str, Any], command: str) -> str:
     env = report["environment"]
     work = report["workload"]
@@ -578,8 +640,10 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         f"responses. {work['reps']} runs per framework, interleaved, after a warm-up run. "
         "µs/step = a turn's wall time / 2. *cpu* = process CPU time per step (close to wall on "
         "an idle machine; wall well above cpu means other processes held the cores). Ratios are "
-        "against actorloop (memory: store) measured in the same run; absolute numbers depend "
-        "on the machine (2 shared cores here), ratios much less.",
+        f"against **{report['base']}** (the durable store: the fair row against checkpointing "
+        "peers) measured in the same run; absolute numbers depend on the machine (2 shared "
+        "cores here), ratios much less. Every framework validates the tool's arguments "
+        "(pydantic for the peers, jsonschema against the tool's JSON Schema for actorloop).",
         "",
     ]
     if report["missing_peers"]:
@@ -594,7 +658,7 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in report["results"].items():
-        ratios = row.get("ratios_vs_actorloop", {})
+        ratios = row.get("ratios_vs_base", {})
         lines.append(
             f"| {name} | {row['mean_us_per_step']:,.0f} | {row['median_us_per_step']:,.0f} | "
             f"{row['best_rep_us_per_step']:,.0f} | {row['cpu_us_per_step']:,.0f} | "
@@ -619,24 +683,23 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         "",
         *_growth_rows(report["results"], work["turns"]),
     ]
-    if "long" in report:
-        long = report["long"]
-        lines += [
-            "",
-            f"## Growth over a longer conversation ({long['turns']} turns, {long['reps']} runs)",
-            "",
-            *_growth_rows(long["results"], long["turns"]),
-            "",
-            "| framework | mean µs/step | cpu µs/step | mean ratio | cpu ratio |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for name, row in long["results"].items():
-            ratios = row.get("ratios_vs_actorloop", {})
-            lines.append(
-                f"| {name} | {row['mean_us_per_step']:,.0f} | {row['cpu_us_per_step']:,.0f} | "
-                f"{ratios.get('mean_us_per_step', float('nan')):.2f} | "
-                f"{ratios.get('cpu_us_per_step', float('nan')):.2f} |"
-            )
+    history = report["history"]
+    points = history["points"]
+    lines += [
+        "",
+        f"## Per-step cost at {', '.join(f'{p:,}' for p in points)} history messages",
+        "",
+        f"One conversation of {history['turns']} turns per framework, {history['reps']} runs "
+        "interleaved. At each point: median over the runs and the turn whose history (messages "
+        "before it) reaches the point and its neighbours, CPU µs per step, and in brackets "
+        f"the ratio to {report['base']} at the same point.",
+        "",
+        "| framework | " + " | ".join(f"{p:,} messages" for p in points) + " |",
+        "|---|" + "---:|" * len(points),
+    ]
+    for name, row in history["results"].items():
+        cells = [_history_cell(row[str(point)]) for point in points]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "## What each framework does per step", ""]
     for name, info in report["peers"].items():
         lines.append(f"* **{name}** — {info['per_step']}.")
@@ -646,7 +709,9 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 runs, no long conversation")
+    parser.add_argument(
+        "--quick", action="store_true", help="2 runs; history points 12 and 100 only, 1 run"
+    )
     parser.add_argument("--turns", type=int, default=TURNS)
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -657,7 +722,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f'bench_peers: not installed, skipped: {", ".join(missing)} (pip install -e ".[bench]")'
         )
     reps = args.reps or (QUICK_REPS if args.quick else REPS)
-    report = run(args.turns, reps, None if args.quick else LONG_TURNS)
+    points = QUICK_HISTORY_POINTS if args.quick else HISTORY_POINTS
+    report = run(args.turns, reps, points, 1 if args.quick else HISTORY_REPS)
     suffix = "-quick" if args.quick else ""
     command = "python -m benchmarks.bench_peers" + (" --quick" if args.quick else "")
     args.out.mkdir(parents=True, exist_ok=True)
