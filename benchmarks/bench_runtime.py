@@ -81,6 +81,14 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
+    """This process's peak resident set: Linux's VmHWM, which starts afresh at exec (the
+    `getrusage` peak keeps the parent's across fork + exec); `getrusage` elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 
@@ -245,6 +253,7 @@ async def scale_matrix(small: int, large: int) -> dict[str, Any]:
             for managed in (False, True):  # interleaved: both settings see the same load
                 runs.append(await isolated_agents_run(count, store, managed=managed))
     ratios: dict[str, float] = {}
+    cpu_ratios: dict[str, float] = {}
     for store in ("memory", "sqlite"):
         for collector in ("default", "many_agents"):
             by_size = {
@@ -254,7 +263,16 @@ async def scale_matrix(small: int, large: int) -> dict[str, Any]:
             }
             ratio = by_size[large]["steps_per_s"] / by_size[small]["steps_per_s"]
             ratios[f"{store}, {collector}"] = round(ratio, 3)
-    return {"small": small, "large": large, "runs": runs, "steps_per_s_large_vs_small": ratios}
+            # CPU per step is what other processes on shared cores barely move.
+            cpu = by_size[small]["cpu_us_per_step"] / by_size[large]["cpu_us_per_step"]
+            cpu_ratios[f"{store}, {collector}"] = round(cpu, 3)
+    return {
+        "small": small,
+        "large": large,
+        "runs": runs,
+        "steps_per_s_large_vs_small": ratios,
+        "steps_per_cpu_s_large_vs_small": cpu_ratios,
+    }
 
 
 # ---------------------------------------------------------------- fork / resume latency
@@ -437,13 +455,14 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"## {m['agents']:,} agents × {m['turns_per_agent']} turns in one process",
         "",
-        f"SQLite store (`synchronous=NORMAL`, WAL) in a temp dir; `EchoProvider` with "
+        "SQLite store (`synchronous=NORMAL`, WAL) in a temp dir; `EchoProvider` with "
         f"{m['provider_latency_s'] * 1e3:g} ms latency; one model step per turn; dev "
         "invariants off; all agents run their turns concurrently. Run twice: with Python's "
         f"default collector thresholds {tuple(m['gc_threshold'])}, then with "
-        f"`gc.set_threshold{tuple(t['gc_threshold'])}`.",
+        "`collector=CollectorPolicy.many_agents()` (thresholds "
+        f"{tuple(t['gc_threshold'])}, `gc.freeze()` after every start; docs/performance.md).",
         "",
-        "| metric | default GC | tuned GC |",
+        "| metric | default GC | `many_agents()` |",
         "|---|---:|---:|",
         row("spawn (sequential `rt.spawn`)", "spawn_s", " s"),
         row("spawn per agent", "spawn_us_per_agent", " µs"),
@@ -455,8 +474,13 @@ def render(report: dict[str, Any]) -> str:
         f"| … of it in full (gen2) collections | {gen2(m)} | {gen2(t)} |",
         row("shutdown (dispose all, flush, close)", "shutdown_s", " s"),
         row("RSS growth", "rss_growth_mib", " MiB"),
-        row("RSS per agent", "rss_per_agent_kib", " KiB"),
-        row("peak RSS (getrusage; a fresh process per run)", "peak_rss_mib", " MiB"),
+        row("RSS per agent (after its turns)", "rss_per_agent_kib", " KiB"),
+        row(
+            "RSS per idle agent (spawned, no turn yet)",
+            "rss_per_idle_agent_before_turns_kib",
+            " KiB",
+        ),
+        row("peak RSS (VmHWM; a fresh process per run)", "peak_rss_mib", " MiB"),
         row("open fds with all agents live", "open_fds_with_live_agents"),
         row("fds per live agent", "fds_per_live_agent"),
         "",
@@ -465,6 +489,7 @@ def render(report: dict[str, Any]) -> str:
         "one flock'd lock file; `Runtime` raises the soft `RLIMIT_NOFILE` to the hard limit "
         "on the first EMFILE (the common soft limit of 1024 stopped the 1,011th agent).",
         "",
+        *scale_lines(report["scale"]),
         "## Fork and resume latency by log size",
         "",
         "Sessions written straight through the store (closed single-step turns), median of "
@@ -501,9 +526,10 @@ def render(report: dict[str, Any]) -> str:
         f"{full['seconds']} s of it in {full['collections']} full collections "
         f"(~{pause_ms(full):.0f} ms each, during which no agent runs). The tuned run frees "
         "as much memory (same RSS): the log's frozen events, messages and requests form no "
-        "cycles, so a full collection finds next to nothing. A service holding thousands of "
-        "agents should raise the thresholds (or `gc.freeze()` after start-up); actorloop "
-        "leaves the process-wide collector to the application.",
+        "cycles, so a full collection finds next to nothing. A runtime leaves the "
+        "process-wide collector alone unless given a `CollectorPolicy`; "
+        "`CollectorPolicy.many_agents()` is the documented setting for thousands of agents "
+        "(docs/performance.md).",
         "* Spawn cost is the store: one SQLite transaction plus creating the agent's "
         "writer-lease lock file (a new file on disk, ~0.3 ms on this VM's ext4).",
         f"* Resume is a full load: decode + re-validate every event "
@@ -513,6 +539,45 @@ def render(report: dict[str, Any]) -> str:
         "turn.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def scale_lines(scale: dict[str, Any]) -> list[str]:
+    """The store × size × collector table and the large-vs-small ratios."""
+    small, large = scale["small"], scale["large"]
+    lines = [
+        f"## {small:,} vs {large:,} agents: `memory:` and `sqlite:`, default and managed GC",
+        "",
+        f"Same workload ({TURNS} turns per agent, 1 ms model latency), each run in a fresh "
+        "process, runs interleaved (store, size, then collector). *CPU µs/step* is the "
+        "process's CPU time over the turns / steps; *idle* RSS is per agent after the spawns, "
+        "before any turn; *after turns* includes each agent's log of "
+        f"{TURNS} turns.",
+        "",
+        "| store | agents | collector | steps/s | CPU µs/step | GC s | peak RSS MiB | "
+        "RSS/agent idle KiB | RSS/agent after turns KiB | spawn CPU µs/agent |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in scale["runs"]:
+        lines.append(
+            f"| `{run['store']}:` | {run['agents']:,} | {run['collector']} | "
+            f"{run['steps_per_s']:,.0f} | {run['cpu_us_per_step']:,.0f} | "
+            f"{run['gc_pause_s_during_turns']:.2f} | {run['peak_rss_mib']} | "
+            f"{run['rss_per_idle_agent_before_turns_kib']} | {run['rss_per_agent_kib']} | "
+            f"{run['spawn_cpu_us_per_agent']:,.0f} |"
+        )
+    lines += [
+        "",
+        f"{large:,} agents vs {small:,} (target ≥ 0.85): steps/s (wall) and steps per CPU "
+        "second (what other processes on the shared cores barely move).",
+        "",
+        "| store, collector | steps/s ratio | steps per CPU s ratio |",
+        "|---|---:|---:|",
+    ]
+    for key, ratio in scale["steps_per_s_large_vs_small"].items():
+        cpu = scale["steps_per_cpu_s_large_vs_small"][key]
+        lines.append(f"| {key} | {ratio:.3f} | **{cpu:.3f}** |")
+    lines.append("")
+    return lines
 
 
 def gc_share(run: dict[str, Any]) -> float:
