@@ -109,6 +109,10 @@ def _fsync_path(path: Path | str, flags: int = os.O_RDONLY) -> None:
 
 
 class JsonlStore:
+    """A `Store` of one directory per session under `root`: an append-only `log.jsonl` (a
+    meta line, one event per line) and its head record; fsync group commits
+    (persistence.md §6)."""
+
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.url = f"jsonl:{self.root}"

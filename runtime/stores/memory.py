@@ -53,6 +53,9 @@ class _Record:
 
 
 class MemoryStore:
+    """A `Store` in this process's memory (`memory:`): the same rules as the durable
+    stores, nothing kept after the process ends."""
+
     url = "memory:"
 
     def __init__(self) -> None:

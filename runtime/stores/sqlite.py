@@ -150,6 +150,9 @@ def _typed(session_id: object, seq: object, raw: object) -> bool:
 
 
 class SqliteStore:
+    """A `Store` in one SQLite file (WAL): a `sessions` row per session (meta, lineage,
+    acknowledged head, checksum) and checksummed `events` rows (persistence.md §5)."""
+
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         mode = synchronous.upper()
         if mode not in ("NORMAL", "FULL"):
