@@ -30,6 +30,7 @@ import platform
 import resource
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -589,6 +590,69 @@ def pause_ms(generation: dict[str, Any]) -> float:
     return float(generation["seconds"]) * 1e3 / count if count else 0.0
 
 
+IDLE_AGENTS = 2_000
+IDLE_ROUNDS = 3
+WARM_AGENTS_NOTE = "50 warm-up agents first (caches and the store's first pages)"
+
+
+def idle_rss_comparison(baseline: str) -> dict[str, Any]:
+    """RSS per idle agent, this tree vs `baseline` (a Python whose `actorloop` is another
+    checkout), by `benchmarks/idle_probe.py` in fresh processes, interleaved round by
+    round; the median per interpreter, store and turns."""
+    probe = str(Path(__file__).resolve().parent / "idle_probe.py")
+    interpreters = {"this tree": sys.executable, "baseline": baseline}
+    samples: dict[tuple[str, str, int], list[float]] = {}
+    for _ in range(IDLE_ROUNDS):
+        for store in ("memory", "sqlite"):
+            for turns in (0, 1, 3):
+                for label, python in interpreters.items():
+                    done = subprocess.run(
+                        [python, probe, store, str(IDLE_AGENTS), str(turns)],
+                        cwd="/",
+                        capture_output=True,
+                        check=True,
+                        text=True,
+                    )
+                    row = json.loads(done.stdout)
+                    key = (label, store, turns)
+                    samples.setdefault(key, []).append(row["rss_kib_per_agent"])
+    rows = [
+        {
+            "tree": label,
+            "store": store,
+            "turns": turns,
+            "rss_kib_per_agent_median": round(statistics.median(values), 2),
+            "samples": values,
+        }
+        for (label, store, turns), values in samples.items()
+    ]
+    return {"agents": IDLE_AGENTS, "rounds": IDLE_ROUNDS, "baseline": baseline, "rows": rows}
+
+
+def render_idle(report: dict[str, Any]) -> str:
+    by_key = {(row["tree"], row["store"], row["turns"]): row for row in report["rows"]}
+    lines = [
+        "# RSS per idle agent: this tree vs a baseline",
+        "",
+        f"`python -m benchmarks.bench_runtime --idle-baseline {report['baseline']}` — "
+        f"{report['date']}, 2-core shared machine. `benchmarks/idle_probe.py` in a fresh "
+        f"process per sample: {WARM_AGENTS_NOTE}, then {report['agents']:,} agents spawned "
+        "and each run through N turns one after another (EchoProvider); resident growth per "
+        f"agent after a collection. Median of {report['rounds']} rounds, the two trees "
+        "interleaved. After 0 turns the agent holds only its loop, session and mailbox; each "
+        "turn adds its log (11 events).",
+        "",
+        "| store | turns | baseline KiB/agent | this tree KiB/agent | this / baseline |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for store in ("memory", "sqlite"):
+        for turns in (0, 1, 3):
+            base = by_key[("baseline", store, turns)]["rss_kib_per_agent_median"]
+            ours = by_key[("this tree", store, turns)]["rss_kib_per_agent_median"]
+            lines.append(f"| `{store}:` | {turns} | {base:.2f} | {ours:.2f} | {ours / base:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def cli() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1,000 agents; 100/10k logs")
@@ -596,8 +660,21 @@ def cli() -> None:
     parser.add_argument("--agents-only-json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--managed-gc", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--store", choices=("memory", "sqlite"), default="sqlite")
+    parser.add_argument(
+        "--idle-baseline",
+        metavar="PYTHON",
+        help="only compare RSS per idle agent with PYTHON's actorloop (results/idle_rss.*)",
+    )
     args = parser.parse_args()
     agents = args.agents or (1_000 if args.quick else 10_000)
+    if args.idle_baseline:
+        idle = idle_rss_comparison(args.idle_baseline)
+        idle["date"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S%z")
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "idle_rss.json").write_text(json.dumps(idle, indent=2) + "\n")
+        (RESULTS / "idle_rss.md").write_text(render_idle(idle))
+        print(render_idle(idle))
+        return
     if args.agents_only_json:
         agents_only(agents, args.store, args.managed_gc)
         return
