@@ -1,11 +1,17 @@
 """`SqliteStore` (`sqlite:PATH`): the embedded default store. WAL journal, one connection
-driven from worker threads, tail-checked appends and one transaction per group commit.
+driven from one long-lived writer thread, tail-checked appends and one transaction per group
+commit.
 
 Every event row carries a CRC-32 of its stored bytes and every session row the acknowledged
 head of its log, updated in the transaction that appends; a load checks both, so a missing,
 reordered or altered row is `SessionCorruptError` naming the seq, never a shorter log.
 Writer leases are byte-range locks on the database file itself (`leases.RangeLocks`), and
 the file may be open through one path only (SQLite keeps a WAL per path).
+
+The tail of a session this instance has written under its lease is kept in memory, so a
+commit reads nothing back: its head update is conditional on the head it remembers, and a
+session whose head moved anyway (or whose rows collide) is committed again through the
+checked path, which reads every head and tail from the database.
 
 `synchronous=NORMAL` (default) makes every committed append survive a process crash;
 `FULL` also fsyncs the WAL on each commit, so it survives power loss.
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,12 +80,17 @@ from actorloop.runtime.stores.leases import (
     Locker,
     RangeLocks,
 )
+from actorloop.runtime.stores.writer import WriterThread
 
 T = TypeVar("T")
 
 
 class _RowRefused(Exception):
     """A group commit's statement failed for some session's rows: roll back, isolate."""
+
+
+class _StaleTail(Exception):
+    """A remembered head no longer matches the database: roll back, commit checked."""
 
 
 SCHEMA_VERSION = 2
@@ -109,6 +120,7 @@ _SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
 _EVENT_COLUMNS = "session_id, seq, type, time, body, crc"
 _INSERT_EVENTS = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _SET_HEAD = "UPDATE sessions SET head = ? WHERE id = ?"
+_MOVE_HEAD = "UPDATE sessions SET head = ? WHERE id = ? AND head = ?"
 _INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _IDS_PER_QUERY = 500
 
@@ -172,6 +184,10 @@ class SqliteStore:
         self._file: FileIdentity | None = None
         self._db: sqlite3.Connection | None = None
         self._closed = False
+        self._writer = WriterThread(self, f"sqlite store {self.path}")
+        self._tails: dict[str, tuple[Lease, int]] = {}
+        """Per session written under a lease of this instance: that lease and the head its
+        last commit left. Only the writer thread touches it."""
 
     # connection and transactions ------------------------------------------------------
 
@@ -274,7 +290,7 @@ class SqliteStore:
         return self._locked(run)
 
     async def _in_thread(self, work: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        return await trio.to_thread.run_sync(lambda: self._transaction(work, write=write))
+        return await self._writer.run(lambda: self._transaction(work, write=write))
 
     # reads ----------------------------------------------------------------------------
 
@@ -440,63 +456,118 @@ class SqliteStore:
                 failures.update(refused)
                 writable = {sid: r for sid, r in rows.items() if sid not in refused}
                 if writable:
-                    checked: Failures = {}
-                    try:
-                        self._transaction(
-                            lambda db: self._write(db, writable, checked, isolate=False),
-                            write=True,
-                        )
-                    except _RowRefused:
-                        # A statement SQLite refused for one session's rows (e.g. a value
-                        # over its length limit) rolled the commit back: redo it session by
-                        # session, so only that session is refused. Savepoints cost too
-                        # much to pay on every commit.
-                        checked = {}
-                        self._transaction(
-                            lambda db: self._write(db, writable, checked, isolate=True),
-                            write=True,
-                        )
-                    failures.update(checked)
+                    failures.update(self._commit(writable))
 
         if any(merged.values()):
-            await trio.to_thread.run_sync(run)
+            await self._writer.run(run)
         raise_failures(failures)
+
+    def _commit(self, rows: dict[str, list[EventRow]]) -> Failures:
+        """One group commit on the writer thread: trusting remembered tails first, then
+        (when one turned out stale) checked against the database, then (when SQLite refused
+        some session's rows) checked and isolated session by session."""
+        leases = {session_id: self._leases.lease_of(session_id) for session_id in rows}
+
+        def attempt(*, trust: bool, isolate: bool) -> tuple[Failures, dict[str, int]]:
+            checked: Failures = {}
+            heads: dict[str, int] = {}
+            self._transaction(
+                lambda db: self._write(db, rows, checked, heads, trust=trust, isolate=isolate),
+                write=True,
+            )
+            return checked, heads
+
+        try:
+            try:
+                try:
+                    checked, heads = attempt(trust=True, isolate=False)
+                except _StaleTail:
+                    self._forget(rows)
+                    checked, heads = attempt(trust=False, isolate=False)
+            except _RowRefused:
+                # A statement SQLite refused for one session's rows (e.g. a value over its
+                # length limit, or a key a remembered tail did not expect) rolled the commit
+                # back: redo it session by session, so only that session is refused.
+                # Savepoints cost too much to pay on every commit.
+                self._forget(rows)
+                checked, heads = attempt(trust=False, isolate=True)
+        except BaseException:
+            self._forget(rows)
+            raise
+        # Remembered only once committed, and only under the lease held for the commit.
+        for session_id, head in heads.items():
+            lease = leases[session_id]
+            if lease is not None and self._leases.holds(lease, session_id):
+                self._tails[session_id] = (lease, head)
+            else:
+                self._tails.pop(session_id, None)
+        return checked
+
+    def _forget(self, session_ids: Iterable[str]) -> None:
+        for session_id in session_ids:
+            self._tails.pop(session_id, None)
+
+    def _trusted_heads(self, session_ids: Iterable[str]) -> dict[str, int]:
+        """Remembered heads of the sessions still under the lease they were written with."""
+        trusted: dict[str, int] = {}
+        for session_id in session_ids:
+            remembered = self._tails.get(session_id)
+            if remembered is not None and self._leases.holds(remembered[0], session_id):
+                trusted[session_id] = remembered[1]
+        return trusted
 
     def _write(
         self,
         db: sqlite3.Connection,
         rows: dict[str, list[EventRow]],
         failures: Failures,
+        written: dict[str, int],
         *,
+        trust: bool,
         isolate: bool,
     ) -> None:
-        """Insert each session's rows and move its head. Sessions failing a check are put in
-        `failures`; with `isolate`, each session's statements run in a savepoint so one that
-        SQLite refuses is rolled back alone (without, such a refusal raises _RowRefused)."""
-        heads = self._heads(db, tuple(rows))
-        ready: dict[str, list[EventRow]] = {}
+        """Insert each session's rows and move its head (into `written`). Sessions failing a
+        check are put in `failures`; with `isolate`, each session's statements run in a
+        savepoint so one that SQLite refuses is rolled back alone (without, such a refusal
+        raises _RowRefused). With `trust`, a remembered head stands in for reading it; a
+        head update that then finds another head raises _StaleTail."""
+        trusted = self._trusted_heads(rows) if trust else {}
+        heads = (
+            self._heads(db, [sid for sid in rows if sid not in trusted])
+            if len(trusted) < len(rows)
+            else {}
+        )
+        ready: dict[str, tuple[int, list[EventRow]]] = {}
         for session_id, session_rows in rows.items():
             try:
-                if session_id not in heads:
+                if session_id in trusted:
+                    head = trusted[session_id]
+                elif session_id not in heads:
                     raise SessionNotFound(session_id)
-                head, rows_end = heads[session_id]
-                if head != rows_end:
-                    raise SessionCorruptError(
-                        self._where(session_id),
-                        f"acknowledged head {head!r} disagrees with the stored rows (they end "
-                        f"before seq {rows_end}); load the session to see the damage",
-                    )
+                else:
+                    head, rows_end = heads[session_id]
+                    if head != rows_end:
+                        raise SessionCorruptError(
+                            self._where(session_id),
+                            f"acknowledged head {head!r} disagrees with the stored rows (they "
+                            f"end before seq {rows_end}); load the session to see the damage",
+                        )
                 check_seqs(session_id, [row[1] for row in session_rows], head)
             except SessionError as exc:
                 failures[session_id] = exc
                 continue
-            ready[session_id] = session_rows
+            ready[session_id] = (head, session_rows)
 
-        def insert(chunk: dict[str, list[EventRow]]) -> None:
-            db.executemany(_INSERT_EVENTS, [row for part in chunk.values() for row in part])
-            db.executemany(
-                _SET_HEAD, [(part[-1][1] + 1, session_id) for session_id, part in chunk.items()]
+        def insert(chunk: dict[str, tuple[int, list[EventRow]]]) -> None:
+            db.executemany(_INSERT_EVENTS, [row for _, part in chunk.values() for row in part])
+            moved = db.executemany(
+                _MOVE_HEAD,
+                [(part[-1][1] + 1, session_id, head) for session_id, (head, part) in chunk.items()],
             )
+            if moved.rowcount != len(chunk):
+                raise _StaleTail  # only a remembered head can miss: the others were just read
+            for session_id, (_, part) in chunk.items():
+                written[session_id] = part[-1][1] + 1
 
         if not isolate:
             try:
@@ -506,10 +577,10 @@ class SqliteStore:
                     raise  # SQLite rolled the whole transaction back: a store-wide failure
                 raise _RowRefused from exc
             return
-        for session_id, part in ready.items():
+        for session_id, entry in ready.items():
             db.execute("SAVEPOINT one_session")
             try:
-                insert({session_id: part})
+                insert({session_id: entry})
             except sqlite3.Error as exc:
                 if not db.in_transaction:
                     raise
@@ -547,6 +618,7 @@ class SqliteStore:
             if fixes:
                 if not may_write:
                     raise refuse_live_repair(session_id, "its last turn has no turn/end")
+                self._tails.pop(session_id, None)
                 db.executemany(_INSERT_EVENTS, event_rows(session_id, fixes))
                 db.execute(_SET_HEAD, (fixes[-1].seq + 1, session_id))
             return meta, (*events, *fixes)
@@ -557,7 +629,7 @@ class SqliteStore:
 
         if not repair:
             return await self._in_thread(read_only, write=False)
-        return await trio.to_thread.run_sync(run)
+        return await self._writer.run(run)
 
     async def exists(self, session_id: str) -> bool:
         check_session_id(session_id)
@@ -655,11 +727,14 @@ class SqliteStore:
         def run() -> None:
             with self._lock:
                 self._closed = True
+                self._tails.clear()
                 if self._db is not None:
                     self._db.close()
                     self._db = None
 
-        await trio.to_thread.run_sync(run)
+        if not self._writer.closed:
+            await self._writer.run(run)
+            await self._writer.close()
         # After the connection: the leases and the path binding live on the descriptor
         # `FileIdentity` keeps, closed only once no store of this process uses the file.
         self._leases.release_all()
