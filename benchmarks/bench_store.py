@@ -235,13 +235,13 @@ def _baseline_tree(revision: str, into: Path) -> Path:
     return into / "pkg"
 
 
-def _run_append(pythonpath: Path | None) -> list[dict[str, Any]]:
+def _run_append(pythonpath: Path | None, flag: str = "--append-only") -> list[dict[str, Any]]:
     root = RESULTS.parent.parent
     env = dict(os.environ)
     parts = [str(pythonpath)] if pythonpath is not None else []
     env["PYTHONPATH"] = os.pathsep.join([*parts, str(root)])
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_store", "--append-only"],
+        [sys.executable, "-m", "benchmarks.bench_store", flag],
         cwd=root,
         env=env,
         check=True,
@@ -325,6 +325,201 @@ def append_markdown(report: dict[str, Any]) -> str:
             f"| {row['store']} | {row['sessions']:,} | {row['events']:,} "
             f"| {row['before_events_per_s']:,.0f} | {row['after_events_per_s']:,.0f} "
             f"| {row['cost_ratio']:.3f} | {low:.2f}–{high:.2f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+BARRIER_TURNS = 120
+"""Turns of the one-session barrier figure (600 events, 120 barriers of 5 events)."""
+SPAWNS = 300
+"""Sequential `Runtime.spawn` calls of the spawn figure."""
+
+
+async def measure_barrier(directory: Path) -> dict[str, Any]:
+    """CPU per flush barrier of one session through the CodecActor into SQLite (NORMAL),
+    and the floor in the same process: the same rows committed by hand in one transaction
+    each, through a `trio.to_thread` round (what a barrier cannot do without)."""
+    events = build_log("one", BARRIER_TURNS).events
+    batches = [events[start : start + STEP_BATCH] for start in range(0, len(events), STEP_BATCH)]
+    store = SqliteStore(directory / "barrier.db")
+    lease = store.claim("one")
+    await store.create(SessionMeta("one"))
+    async with trio.open_nursery() as nursery:
+        actor = CodecActor(store)
+        await nursery.start(actor.run)
+        await actor.persist("one", batches[0])  # the first barrier opens the database
+        cpu, wall = time.process_time(), time.perf_counter()
+        for batch in batches[1:]:
+            await actor.persist("one", batch)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        await actor.aclose()
+    lease.release()
+    await store.close()
+    floor = await _floor_commits(directory / "floor.db", batches)
+    count = len(batches) - 1
+    return {
+        "barriers": count,
+        "cpu_us_per_barrier": cpu / count * 1e6,
+        "wall_us_per_barrier": wall / count * 1e6,
+        "floor_cpu_us_per_commit": floor / count * 1e6,
+        "x_floor": cpu / floor,
+    }
+
+
+async def _floor_commits(path: Path, batches: list[tuple[SessionEvent, ...]]) -> float:
+    """CPU seconds of committing batches[1:] by hand: encode, BEGIN IMMEDIATE, INSERT the
+    rows, UPDATE the head, COMMIT, each through one `trio.to_thread` round."""
+    from actorloop.codecs.rows import event_rows
+
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.execute(
+        "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT "
+        "NULL, time INTEGER NOT NULL, body BLOB NOT NULL, crc INTEGER NOT NULL, "
+        "PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
+    )
+    db.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, head INTEGER NOT NULL)")
+    db.execute("INSERT INTO sessions VALUES ('one', 0)")
+
+    def commit(batch: tuple[SessionEvent, ...]) -> None:
+        rows = event_rows("one", batch)
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
+        db.execute("UPDATE sessions SET head = ? WHERE id = 'one'", (rows[-1][1] + 1,))
+        db.execute("COMMIT")
+
+    await trio.to_thread.run_sync(commit, batches[0])
+    cpu = time.process_time()
+    for batch in batches[1:]:
+        await trio.to_thread.run_sync(commit, batch)
+    cpu = time.process_time() - cpu
+    db.close()
+    return cpu
+
+
+async def measure_spawn(directory: Path) -> list[dict[str, Any]]:
+    """CPU per sequential `Runtime.spawn` (a new session: lease, `store.create`, the loop
+    actor started), on `memory:` and on `sqlite:` in one process."""
+    from actorloop.runtime import AgentOptions, EchoProvider
+    from actorloop.runtime.runtime import Runtime
+
+    options = AgentOptions(model="echo-model", system="You are a benchmark agent.")
+    rows = []
+    for url in ("memory:", f"sqlite:{directory / 'spawn.db'}"):
+        async with Runtime.open(store=url, provider=EchoProvider()) as rt:
+            await rt.spawn(options, session_id="warm-up")  # opens the database
+            cpu, wall = time.process_time(), time.perf_counter()
+            for index in range(SPAWNS):
+                await rt.spawn(options, session_id=f"agent-{index:05d}")
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        rows.append(
+            {
+                "store": url.partition(":")[0],
+                "spawns": SPAWNS,
+                "cpu_us_per_spawn": cpu / SPAWNS * 1e6,
+                "wall_us_per_spawn": wall / SPAWNS * 1e6,
+            }
+        )
+    return rows
+
+
+async def barrier_only() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-barrier-") as temp:
+        directory = Path(temp)
+        barrier = await measure_barrier(directory)
+        template = build_log("template", 5)
+        group = await measure_throughput(directory, 1_000, template.events, "NORMAL")
+        spawn = await measure_spawn(directory)
+    return {"barrier": barrier, "group_commit": group, "spawn": spawn}
+
+
+BARRIER_FIGURES = (
+    ("CPU µs per barrier, 1 session, sqlite NORMAL", "barrier", "cpu_us_per_barrier", False),
+    ("wall µs per barrier, 1 session", "barrier", "wall_us_per_barrier", False),
+    ("barrier CPU × floor (commit through a thread)", "barrier", "x_floor", False),
+    ("group commit events/s, 1,000 sessions", "group_commit", "events_per_s", True),
+    ("spawn CPU µs, memory:", "spawn", 0, False),
+    ("spawn CPU µs, sqlite:", "spawn", 1, False),
+)
+"""(label, section, key or spawn row, higher is better) of the barrier comparison."""
+
+
+def _figure(run: dict[str, Any], section: str, key: str | int) -> float:
+    if isinstance(key, int):
+        value: float = run[section][key]["cpu_us_per_spawn"]
+    else:
+        value = run[section][key]
+    return value
+
+
+def barrier_baseline(revision: str, rounds: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
+        pythonpath = _baseline_tree(revision, Path(temp))
+        for index in range(rounds):
+            print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
+            runs["before"].append(_run_append(pythonpath, "--barrier-only"))  # type: ignore[arg-type]
+            runs["after"].append(_run_append(None, "--barrier-only"))  # type: ignore[arg-type]
+    rows = []
+    for label, section, key, _higher in BARRIER_FIGURES:
+        before = [_figure(run, section, key) for run in runs["before"]]
+        after = [_figure(run, section, key) for run in runs["after"]]
+        ratios = [a / b for b, a in zip(before, after, strict=True)]
+        rows.append(
+            {
+                "figure": label,
+                "before": statistics.median(before),
+                "after": statistics.median(after),
+                "after_over_before": statistics.median(ratios),
+                "ratio_range": [min(ratios), max(ratios)],
+            }
+        )
+    return {
+        "baseline": f"{revision} ({_commit(revision)})",
+        "after": f"working tree on {_commit('HEAD')}",
+        "rounds": rounds,
+        "environment": environment(),
+        "rows": rows,
+        "runs": runs,
+    }
+
+
+def barrier_markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    lines = [
+        "# Flush barriers, group commit and spawn: before / after",
+        "",
+        f"`python -m benchmarks.bench_store --barrier-baseline REV --rounds {report['rounds']}`"
+        f" — Python {env['python']} on {env['platform']} (SQLite {env['sqlite']}), "
+        f"{env['when']}. A 2-core machine shared with other benchmarks while this ran: "
+        "read the ratios, not the absolute figures.",
+        "",
+        f"Before: {report['baseline']}. After: {report['after']}. Each round runs the "
+        "baseline's code and then this tree's in fresh subprocesses, back to back; figures "
+        "are medians over the rounds, *after/before* the median of the per-round ratios "
+        "(with their range).",
+        "",
+        f"* *barrier*: one session persists {BARRIER_TURNS} loop-shaped turns in "
+        f"{STEP_BATCH}-event step batches through the CodecActor (`persist`: submit + "
+        "barrier) into `sqlite:` with synchronous=NORMAL; CPU is `time.process_time` (all "
+        "threads). The *floor* is the same rows committed by hand (encode, BEGIN IMMEDIATE, "
+        "INSERT, UPDATE head, COMMIT), each through one `trio.to_thread` round, in the same "
+        "process.",
+        f"* *group commit*: 1,000 sessions persist 5 turns each concurrently "
+        f"({STEP_BATCH}-event barriers), durable events/s.",
+        f"* *spawn*: {SPAWNS} sequential `Runtime.spawn` calls after a warm-up spawn "
+        "(lease, `store.create`, the loop actor), CPU per call.",
+        "",
+        "| figure | before | after | after/before | range |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        low, high = row["ratio_range"]
+        lines.append(
+            f"| {row['figure']} | {row['before']:,.2f} | {row['after']:,.2f} "
+            f"| {row['after_over_before']:.3f} | {low:.2f}–{high:.2f} |"
         )
     lines.append("")
     return "\n".join(lines)
@@ -515,10 +710,27 @@ def cli() -> None:
         "--append-baseline", metavar="REV", help="compare the append path with REV's code"
     )
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the comparison")
+    parser.add_argument(
+        "--barrier-baseline",
+        metavar="REV",
+        help="compare barriers, group commit and spawn with REV's code",
+    )
     parser.add_argument("--append-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.append_only:
         print(json.dumps(trio.run(append_only)))
+        return
+    if args.barrier_only:
+        print(json.dumps(trio.run(barrier_only)))
+        return
+    if args.barrier_baseline:
+        report = barrier_baseline(args.barrier_baseline, args.rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "store_barrier.json").write_text(json.dumps(report, indent=2) + "\n")
+        text = barrier_markdown(report)
+        (RESULTS / "store_barrier.md").write_text(text)
+        print(text)
         return
     if args.append_baseline:
         compared = append_baseline(args.append_baseline, args.rounds)
