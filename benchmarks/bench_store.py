@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -370,7 +371,7 @@ async def measure_barrier(directory: Path) -> dict[str, Any]:
 async def _floor_commits(path: Path, batches: list[tuple[SessionEvent, ...]]) -> float:
     """CPU seconds of committing batches[1:] by hand: encode, BEGIN IMMEDIATE, INSERT the
     rows, UPDATE the head, COMMIT, each through one `trio.to_thread` round."""
-    from actorloop.codecs.rows import event_rows
+    from actorloop.codecs.converter import encode_event
 
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode = WAL")
@@ -384,7 +385,11 @@ async def _floor_commits(path: Path, batches: list[tuple[SessionEvent, ...]]) ->
     db.execute("INSERT INTO sessions VALUES ('one', 0)")
 
     def commit(batch: tuple[SessionEvent, ...]) -> None:
-        rows = event_rows("one", batch)
+        rows = []
+        for event in batch:
+            body = encode_event(event)
+            crc = zlib.crc32(body, zlib.crc32(b"one\x00%d\x00" % event.seq))
+            rows.append(("one", event.seq, event.type, event.time, body, crc))
         db.execute("BEGIN IMMEDIATE")
         db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
         db.execute("UPDATE sessions SET head = ? WHERE id = 'one'", (rows[-1][1] + 1,))

@@ -733,8 +733,10 @@ class SqliteStore:
                     self._db = None
 
         if not self._writer.closed:
-            await self._writer.run(run)
-            await self._writer.close()
+            try:
+                await self._writer.run(run)
+            finally:
+                await self._writer.close()
         # After the connection: the leases and the path binding live on the descriptor
         # `FileIdentity` keeps, closed only once no store of this process uses the file.
         self._leases.release_all()
