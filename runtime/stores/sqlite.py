@@ -554,6 +554,8 @@ class SqliteStore:
                         )
                 check_seqs(session_id, [row[1] for row in session_rows], head)
             except SessionError as exc:
+                if session_id in trusted:
+                    raise _StaleTail from exc  # the checked path says what is wrong
                 failures[session_id] = exc
                 continue
             ready[session_id] = (head, session_rows)
