@@ -22,6 +22,7 @@ Schema versions (`PRAGMA user_version`): 2 is written by this build; a version-1
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -93,6 +94,10 @@ class _StaleTail(Exception):
     """A remembered head no longer matches the database: roll back, commit checked."""
 
 
+class _Busy(Exception):
+    """An inline commit found the write lock held: nothing was written, use the thread."""
+
+
 SCHEMA_VERSION = 2
 """`PRAGMA user_version` of a database this build writes; 1 is migrated, newer refused."""
 
@@ -123,6 +128,18 @@ _SET_HEAD = "UPDATE sessions SET head = ? WHERE id = ?"
 _MOVE_HEAD = "UPDATE sessions SET head = ? WHERE id = ? AND head = ?"
 _INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _IDS_PER_QUERY = 500
+_BUSY_WAIT_MS = 10000
+_AUTOCHECKPOINT = 1000
+"""SQLite's default: the committing connection checkpoints once the WAL holds that many
+pages (on the writer thread only, see `_inline`)."""
+
+INLINE_EVENTS = 64
+"""Most events a group commit may hold to run inline on the trio thread (NORMAL only)."""
+INLINE_CHECKPOINT_EVERY = 256
+"""Inline commits after which a passive checkpoint is posted to the writer thread (each
+commit writes a few WAL pages, so this is about SQLite's own threshold)."""
+
+log = logging.getLogger("actorloop.store")
 
 
 def _migrate_from_1(db: sqlite3.Connection) -> None:
@@ -179,7 +196,10 @@ class SqliteStore:
             locks = self._real.with_name(self._real.name + ".locks")
             locker = FlockFiles(lambda session_id: locks / f"{session_id}.lock")
         self._leases = LeaseTable(locker)
-        self._lock = threading.Lock()
+        # Reentrant: a group commit holds it across its transactions and its tail memory.
+        self._lock = threading.RLock()
+        self._inline_now = False
+        self._inline_commits = 0
         self._identity_lock = threading.Lock()
         self._file: FileIdentity | None = None
         self._db: sqlite3.Connection | None = None
@@ -215,7 +235,7 @@ class SqliteStore:
         # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
         db = sqlite3.connect(self._real, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("PRAGMA busy_timeout = 10000")
+            db.execute(f"PRAGMA busy_timeout = {_BUSY_WAIT_MS}")
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite {self.path}: cannot enable WAL (journal_mode={mode})")
@@ -275,7 +295,12 @@ class SqliteStore:
         def run(db: sqlite3.Connection) -> T:
             # IMMEDIATE takes the write lock up front, so a tail check and the insert that
             # follows it cannot be split by another writer.
-            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            except sqlite3.OperationalError as exc:
+                if self._inline_now and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                    raise _Busy from exc
+                raise
             try:
                 result = work(db)
                 db.execute("COMMIT")
@@ -443,7 +468,6 @@ class SqliteStore:
             merged.setdefault(session_id, []).extend(events)
 
         def run() -> None:
-            # Encoded outside the connection lock: encoding needs no database.
             rows: dict[str, list[EventRow]] = {}
             for session_id, events in merged.items():
                 if not events:
@@ -452,15 +476,61 @@ class SqliteStore:
                     rows[session_id] = event_rows(session_id, events)
                 except Exception as exc:
                     failures[session_id] = exc
-            with write_rights(self._leases, rows) as refused:
+            with self._lock, write_rights(self._leases, rows) as refused:
                 failures.update(refused)
                 writable = {sid: r for sid, r in rows.items() if sid not in refused}
                 if writable:
                     failures.update(self._commit(writable))
 
-        if any(merged.values()):
-            await self._writer.run(run)
+        count = sum(len(events) for events in merged.values())
+        if count:
+            before = dict(failures)
+            if not (count <= INLINE_EVENTS and self._inline(run)):
+                failures.clear()
+                failures.update(before)  # the inline attempt wrote nothing
+                await self._writer.run(run)
         raise_failures(failures)
+
+    def _inline(self, run: Callable[[], None]) -> bool:
+        """Run a small group commit here on the trio thread when that cannot block: NORMAL
+        mode (a commit appends to the WAL, no fsync), the connection open and idle, the
+        write lock free (no busy wait) and no checkpoint (those run on the writer thread).
+        False when it did not run: then nothing was written and the caller uses the
+        thread. The commit is the same code and SQL either way."""
+        if self.synchronous != "NORMAL" or self._db is None or self._closed:
+            return False
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            db = self._db
+            if db is None or self._closed:
+                return False
+            self._inline_now = True
+            db.execute("PRAGMA busy_timeout = 0")
+            db.execute("PRAGMA wal_autocheckpoint = 0")
+            try:
+                run()
+            except _Busy:
+                return False
+            finally:
+                self._inline_now = False
+                db.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT}")
+                db.execute(f"PRAGMA busy_timeout = {_BUSY_WAIT_MS}")
+            self._inline_commits += 1
+            if self._inline_commits >= INLINE_CHECKPOINT_EVERY:
+                self._inline_commits = 0
+                self._writer.post(self._checkpoint)
+            return True
+        finally:
+            self._lock.release()
+
+    def _checkpoint(self) -> None:
+        """A passive WAL checkpoint on the writer thread (inline commits skip SQLite's)."""
+        try:
+            self._locked(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+        except StoreError as exc:
+            # Not a durability matter: the commits are in the WAL; the next one retries.
+            log.warning("sqlite %s: checkpoint failed: %s", self.path, exc)
 
     def _commit(self, rows: dict[str, list[EventRow]]) -> Failures:
         """One group commit on the writer thread: trusting remembered tails first, then

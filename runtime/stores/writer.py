@@ -22,10 +22,10 @@ class _Job(Generic[T]):
 
     __slots__ = ("error", "result", "task", "token", "work")
 
-    def __init__(self, work: Callable[[], T]) -> None:
+    def __init__(self, work: Callable[[], T], *, waited: bool = True) -> None:
         self.work = work
-        self.task = trio.lowlevel.current_task()
-        self.token = trio.lowlevel.current_trio_token()
+        self.task = trio.lowlevel.current_task() if waited else None
+        self.token = trio.lowlevel.current_trio_token() if waited else None
         self.result: T | None = None
         self.error: BaseException | None = None
 
@@ -46,6 +46,8 @@ def _serve(jobs: queue.SimpleQueue[_Job[object] | None]) -> None:
         except BaseException as exc:  # handed to the waiting task, which re-raises it
             job.error = exc
         del job.work
+        if job.task is None or job.token is None:
+            continue  # posted: its work reports its own errors
         # A run that ended meanwhile (it crashed around its waiting task) has no one to
         # wake; the thread must go on serving the store's later work.
         with contextlib.suppress(trio.RunFinishedError):
@@ -96,6 +98,13 @@ class WriterThread:
             error, job.error = job.error, None
             raise error
         return job.result  # type: ignore[return-value]
+
+    def post(self, work: Callable[[], object]) -> None:
+        """Queue `work` after everything queued so far, without waiting for it; it must
+        handle its own errors (what it raises is dropped)."""
+        if self._thread is None or self._closed:
+            self._start()
+        self._jobs.put(_Job(work, waited=False))
 
     async def close(self) -> None:
         """End the thread once the work queued before has run (idempotent)."""
