@@ -476,11 +476,14 @@ class SqliteStore:
                     rows[session_id] = event_rows(session_id, events)
                 except Exception as exc:
                     failures[session_id] = exc
+            # Only a lease held before the commit lets its tail be remembered (not the
+            # temporary one `write_rights` takes for a session leased nowhere).
+            owned = {session_id: self._leases.lease_of(session_id) for session_id in rows}
             with self._lock, write_rights(self._leases, rows) as refused:
                 failures.update(refused)
                 writable = {sid: r for sid, r in rows.items() if sid not in refused}
                 if writable:
-                    failures.update(self._commit(writable))
+                    failures.update(self._commit(writable, owned))
 
         count = sum(len(events) for events in merged.values())
         if count:
@@ -532,11 +535,11 @@ class SqliteStore:
             # Not a durability matter: the commits are in the WAL; the next one retries.
             log.warning("sqlite %s: checkpoint failed: %s", self.path, exc)
 
-    def _commit(self, rows: dict[str, list[EventRow]]) -> Failures:
+    def _commit(self, rows: dict[str, list[EventRow]], leases: dict[str, Lease | None]) -> Failures:
         """One group commit on the writer thread: trusting remembered tails first, then
         (when one turned out stale) checked against the database, then (when SQLite refused
-        some session's rows) checked and isolated session by session."""
-        leases = {session_id: self._leases.lease_of(session_id) for session_id in rows}
+        some session's rows) checked and isolated session by session. `leases`: the lease
+        each session was held under before the commit (None: not leased here)."""
 
         def attempt(*, trust: bool, isolate: bool) -> tuple[Failures, dict[str, int]]:
             checked: Failures = {}
