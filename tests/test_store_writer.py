@@ -18,6 +18,7 @@ from actorloop.runtime.errors import SessionCorruptError, StoreError
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.session import Session
 from actorloop.runtime.stores import JsonlStore, SqliteStore
+from actorloop.runtime.stores.sqlite import CHECKPOINT_PAGES
 
 
 @contextmanager
@@ -183,3 +184,34 @@ async def test_close_ends_the_writer_thread_and_later_calls_are_refused(
     with pytest.raises(StoreError, match="closed"):
         await store.load("s")
     await store.close()  # idempotent
+
+
+async def test_inline_commits_leave_checkpoints_to_the_writer_thread_and_the_wal_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    log = Session.create("s")
+    for turn in range(800):
+        tool_turn(log, f"{turn} " + "x" * 3000)
+    store = SqliteStore(path)
+    lease = store.claim("s")
+    try:
+        await store.create(log.meta)
+        batches = steps(log)
+        for step in batches:
+            await store.append_batch((("s", step),))
+        await store.flush("s")  # after every checkpoint posted so far
+        assert store._inline_commits >= len(batches) // 2
+        # Each commit writes at least the events and the sessions leaf page: without the
+        # posted checkpoints the WAL would hold two frames per commit or more. With them,
+        # its file (SQLite reuses it from the start after a full checkpoint, it never
+        # shrinks) stays below twice the checkpoint threshold.
+        bound = 2 * CHECKPOINT_PAGES
+        assert 2 * len(batches) > bound
+        wal = await trio.Path(f"{path}-wal").stat()
+        assert wal.st_size < bound * (24 + 4096)
+        _, events = await store.load("s", lease=lease)
+        assert events == log.events
+    finally:
+        lease.release()
+        await store.close()

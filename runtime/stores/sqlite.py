@@ -129,15 +129,12 @@ _MOVE_HEAD = "UPDATE sessions SET head = ? WHERE id = ? AND head = ?"
 _INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _IDS_PER_QUERY = 500
 _BUSY_WAIT_MS = 10000
-_AUTOCHECKPOINT = 1000
-"""SQLite's default: the committing connection checkpoints once the WAL holds that many
-pages (on the writer thread only, see `_inline`)."""
 
 INLINE_EVENTS = 64
 """Most events a group commit may hold to run inline on the trio thread (NORMAL only)."""
-INLINE_CHECKPOINT_EVERY = 256
-"""Inline commits after which a passive checkpoint is posted to the writer thread (each
-commit writes a few WAL pages, so this is about SQLite's own threshold)."""
+CHECKPOINT_PAGES = 1000
+"""WAL pages (estimated) after which a passive checkpoint is posted to the writer thread:
+SQLite's own automatic threshold, which NORMAL mode turns off (see `_note_wal`)."""
 
 log = logging.getLogger("actorloop.store")
 
@@ -200,6 +197,7 @@ class SqliteStore:
         self._lock = threading.RLock()
         self._inline_now = False
         self._inline_commits = 0
+        self._wal_pages = 0
         self._identity_lock = threading.Lock()
         self._file: FileIdentity | None = None
         self._db: sqlite3.Connection | None = None
@@ -242,6 +240,10 @@ class SqliteStore:
             db.execute(f"PRAGMA synchronous = {self.synchronous}")
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 self._prepare_schema(db)
+            if self.synchronous == "NORMAL":
+                # Checkpoints are posted to the writer thread (`_note_wal`), never run by
+                # a commit: an inline commit must not fsync on the trio thread.
+                db.execute("PRAGMA wal_autocheckpoint = 0")
         except BaseException:
             db.close()
             raise
@@ -448,7 +450,14 @@ class SqliteStore:
             db.execute(_INSERT_SESSION, row)
 
         meta_from_row(row, self._where(meta.id))  # refuse writing an unsupported version
-        await self._in_thread(insert, write=True)
+
+        def run() -> None:
+            with self._lock:
+                self._transaction(insert, write=True)
+                self._note_wal(2)
+
+        if not self._inline(run):
+            await self._writer.run(run)
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         try:
@@ -495,7 +504,8 @@ class SqliteStore:
         raise_failures(failures)
 
     def _inline(self, run: Callable[[], None]) -> bool:
-        """Run a small group commit here on the trio thread when that cannot block: NORMAL
+        """Run a small write (a group commit of at most INLINE_EVENTS events, a create)
+        here on the trio thread when that cannot block: NORMAL
         mode (a commit appends to the WAL, no fsync), the connection open and idle, the
         write lock free (no busy wait) and no checkpoint (those run on the writer thread).
         False when it did not run: then nothing was written and the caller uses the
@@ -510,22 +520,28 @@ class SqliteStore:
                 return False
             self._inline_now = True
             db.execute("PRAGMA busy_timeout = 0")
-            db.execute("PRAGMA wal_autocheckpoint = 0")
             try:
                 run()
             except _Busy:
                 return False
             finally:
                 self._inline_now = False
-                db.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT}")
                 db.execute(f"PRAGMA busy_timeout = {_BUSY_WAIT_MS}")
             self._inline_commits += 1
-            if self._inline_commits >= INLINE_CHECKPOINT_EVERY:
-                self._inline_commits = 0
-                self._writer.post(self._checkpoint)
             return True
         finally:
             self._lock.release()
+
+    def _note_wal(self, pages: int) -> None:
+        """Count the WAL pages a commit wrote (an estimate on the high side: twice its rows'
+        bytes in pages, two pages per session, two for the head table and the b-tree
+        above); past SQLite's own threshold, post a checkpoint."""
+        if self.synchronous != "NORMAL":
+            return  # FULL keeps SQLite's automatic checkpoints: it commits on the thread
+        self._wal_pages += pages
+        if self._wal_pages >= CHECKPOINT_PAGES:
+            self._wal_pages = 0
+            self._writer.post(self._checkpoint)
 
     def _checkpoint(self) -> None:
         """A passive WAL checkpoint on the writer thread (inline commits skip SQLite's)."""
@@ -574,6 +590,8 @@ class SqliteStore:
                 self._tails[session_id] = (lease, head)
             else:
                 self._tails.pop(session_id, None)
+        written = sum(len(row[4]) for session_id in heads for row in rows[session_id])
+        self._note_wal(written // 2048 + 2 * len(heads) + 2)
         return checked
 
     def _forget(self, session_ids: Iterable[str]) -> None:
