@@ -652,7 +652,9 @@ class SqliteStore:
             ready[session_id] = (head, session_rows)
 
         def insert(chunk: dict[str, tuple[int, list[EventRow]]]) -> None:
-            db.executemany(_INSERT_EVENTS, [row for _, part in chunk.values() for row in part])
+            # In key order: each insert then lands next to the one before it in the b-tree
+            # (str order is the UTF-8 byte order SQLite's BINARY collation compares).
+            db.executemany(_INSERT_EVENTS, [row for sid in sorted(chunk) for row in chunk[sid][1]])
             moved = db.executemany(
                 _MOVE_HEAD,
                 [(part[-1][1] + 1, session_id, head) for session_id, (head, part) in chunk.items()],
