@@ -132,6 +132,8 @@ _BUSY_WAIT_MS = 10000
 
 INLINE_EVENTS = 64
 """Most events a group commit may hold to run inline on the trio thread (NORMAL only)."""
+INLINE_BYTES = 256 * 1024
+"""Most encoded bytes a group commit may hold to run inline (a few WAL pages' writes)."""
 CHECKPOINT_PAGES = 1000
 """WAL pages (estimated) after which a passive checkpoint is posted to the writer thread:
 SQLite's own automatic threshold, which NORMAL mode turns off (see `_note_wal`)."""
@@ -476,7 +478,7 @@ class SqliteStore:
                 continue
             merged.setdefault(session_id, []).extend(events)
 
-        def run() -> None:
+        def encode() -> dict[str, list[EventRow]]:
             rows: dict[str, list[EventRow]] = {}
             for session_id, events in merged.items():
                 if not events:
@@ -485,26 +487,35 @@ class SqliteStore:
                     rows[session_id] = event_rows(session_id, events)
                 except Exception as exc:
                     failures[session_id] = exc
+            return rows
+
+        def write(rows: dict[str, list[EventRow]], written: Failures) -> None:
             # Only a lease held before the commit lets its tail be remembered (not the
             # temporary one `write_rights` takes for a session leased nowhere).
             owned = {session_id: self._leases.lease_of(session_id) for session_id in rows}
             with self._lock, write_rights(self._leases, rows) as refused:
-                failures.update(refused)
+                written.update(refused)
                 writable = {sid: r for sid, r in rows.items() if sid not in refused}
                 if writable:
-                    failures.update(self._commit(writable, owned))
+                    written.update(self._commit(writable, owned))
 
         count = sum(len(events) for events in merged.values())
-        if count:
-            before = dict(failures)
-            if not (count <= INLINE_EVENTS and self._inline(run)):
-                failures.clear()
-                failures.update(before)  # the inline attempt wrote nothing
-                await self._writer.run(run)
+        if count > INLINE_EVENTS:
+            # Encoded on the writer thread too: a large commit keeps the trio thread free.
+            await self._writer.run(lambda: write(encode(), failures))
+        elif count:
+            rows = encode()
+            size = sum(len(row[4]) for part in rows.values() for row in part)
+            inline: Failures = {}
+            if size <= INLINE_BYTES and self._inline(lambda: write(rows, inline)):
+                failures.update(inline)
+            else:  # the inline attempt, if any, wrote nothing
+                await self._writer.run(lambda: write(rows, failures))
         raise_failures(failures)
 
     def _inline(self, run: Callable[[], None]) -> bool:
-        """Run a small write (a group commit of at most INLINE_EVENTS events, a create)
+        """Run a small write (a group commit of at most INLINE_EVENTS events and
+        INLINE_BYTES bytes, a create)
         here on the trio thread when that cannot block: NORMAL
         mode (a commit appends to the WAL, no fsync), the connection open and idle, the
         write lock free (no busy wait) and no checkpoint (those run on the writer thread).
