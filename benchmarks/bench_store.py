@@ -1,18 +1,26 @@
 """Store benchmark: durable events/s through the CodecActor into SQLite with group commit at
 1, 10 and 1,000 concurrent sessions; load time of a 100,000-event session from SQLite and
-JSONL; store fork time at 100 vs 100,000 events; and the append path's cost against a
-baseline revision, measured in one run.
+JSONL; store fork time at 100 vs 100,000 events; and, against a baseline revision measured
+in the same run, the append path's cost, flush barriers, group commit and spawn, and the
+`actorloop run` demo's step overhead.
 
 Run from the repository root:
 
     python -m benchmarks.bench_store [--quick]
     python -m benchmarks.bench_store --append-baseline main [--rounds 5]
+    python -m benchmarks.bench_store --barrier-baseline main [--rounds 5]
+    python -m benchmarks.bench_store --demo-baseline main [--rounds 5]
 
 The first writes benchmarks/results/store.json and store.md. The second measures durable
 appends (the same workload, through the CodecActor, JSONL and SQLite) for the baseline
 revision's code (extracted with `git archive`, imported first on PYTHONPATH) and for this
 tree, alternating subprocesses round by round so both see the same machine, and writes
 benchmarks/results/store_append.json and store_append.md (medians, and after / before).
+The third does the same for the CPU of one session's flush barrier (and its ratio to a
+floor measured in the same process: the same rows committed by hand through a
+`trio.to_thread` round), group commit across 1,000 sessions and sequential spawn on
+`memory:` and `sqlite:` (store_barrier.json / .md); the fourth for the step overhead
+`actorloop run` reports for the packaged demo on `sqlite:` (store_demo.json / .md).
 
 Workload: loop-shaped turns of 13 events (turn/start, user/message, a tool step with one
 chunk, assistant/message, tool/call, tool/result, a reply step, turn/end), built with the
