@@ -244,7 +244,14 @@ def _baseline_tree(revision: str, into: Path) -> Path:
     return into / "pkg"
 
 
-def _run_append(pythonpath: Path | None, flag: str = "--append-only") -> list[dict[str, Any]]:
+def _run_append(pythonpath: Path | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = _run_json(pythonpath, "--append-only")
+    return rows
+
+
+def _run_json(pythonpath: Path | None, flag: str) -> Any:
+    """This module run with `flag` in a fresh process (the baseline's code first on the
+    path, if given); what it printed, as JSON."""
     root = RESULTS.parent.parent
     env = dict(os.environ)
     parts = [str(pythonpath)] if pythonpath is not None else []
@@ -257,8 +264,7 @@ def _run_append(pythonpath: Path | None, flag: str = "--append-only") -> list[di
         capture_output=True,
         text=True,
     )
-    rows: list[dict[str, Any]] = json.loads(done.stdout)
-    return rows
+    return json.loads(done.stdout)
 
 
 def _commit(revision: str) -> str:
@@ -473,8 +479,8 @@ def barrier_baseline(revision: str, rounds: int) -> dict[str, Any]:
         pythonpath = _baseline_tree(revision, Path(temp))
         for index in range(rounds):
             print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
-            runs["before"].append(_run_append(pythonpath, "--barrier-only"))  # type: ignore[arg-type]
-            runs["after"].append(_run_append(None, "--barrier-only"))  # type: ignore[arg-type]
+            runs["before"].append(_run_json(pythonpath, "--barrier-only"))
+            runs["after"].append(_run_json(None, "--barrier-only"))
     rows = []
     for label, section, key, _higher in BARRIER_FIGURES:
         before = [_figure(run, section, key) for run in runs["before"]]
