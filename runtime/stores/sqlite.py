@@ -1,6 +1,11 @@
-"""`SqliteStore` (`sqlite:PATH`): the embedded default store. WAL journal, one connection
-driven from one long-lived writer thread, tail-checked appends and one transaction per group
-commit.
+"""`SqliteStore` (`sqlite:PATH`): the embedded default store. WAL journal, one connection,
+tail-checked appends and one transaction per group commit.
+
+The connection is driven from one long-lived writer thread (`WriterThread`), except that in
+NORMAL mode a small write (a create, a group commit of a few steps) runs inline on the trio
+thread when the connection is idle and SQLite's write lock is free: there a commit only
+appends to the WAL, it neither waits for a lock nor fsyncs. Checkpoints then run only on the
+writer thread, posted after an estimated number of WAL pages.
 
 Every event row carries a CRC-32 of its stored bytes and every session row the acknowledged
 head of its log, updated in the transaction that appends; a load checks both, so a missing,
@@ -207,7 +212,7 @@ class SqliteStore:
         self._writer = WriterThread(self, f"sqlite store {self.path}")
         self._tails: dict[str, tuple[Lease, int]] = {}
         """Per session written under a lease of this instance: that lease and the head its
-        last commit left. Only the writer thread touches it."""
+        last commit left. Touched only under `_lock`."""
 
     # connection and transactions ------------------------------------------------------
 
@@ -514,13 +519,12 @@ class SqliteStore:
         raise_failures(failures)
 
     def _inline(self, run: Callable[[], None]) -> bool:
-        """Run a small write (a group commit of at most INLINE_EVENTS events and
-        INLINE_BYTES bytes, a create)
-        here on the trio thread when that cannot block: NORMAL
-        mode (a commit appends to the WAL, no fsync), the connection open and idle, the
-        write lock free (no busy wait) and no checkpoint (those run on the writer thread).
-        False when it did not run: then nothing was written and the caller uses the
-        thread. The commit is the same code and SQL either way."""
+        """Run a small write (a create, a group commit of at most INLINE_EVENTS events and
+        INLINE_BYTES bytes) here on the trio thread when that cannot block: NORMAL mode (a
+        commit appends to the WAL, no fsync), the connection open and idle (no writer
+        thread job holds `_lock`), the write lock free (no busy wait: `_Busy`) and no
+        checkpoint (those run on the writer thread). False when it did not run: nothing
+        was written and the caller uses the thread. Same code and SQL either way."""
         if self.synchronous != "NORMAL" or self._db is None or self._closed:
             return False
         if not self._lock.acquire(blocking=False):
@@ -563,7 +567,7 @@ class SqliteStore:
             log.warning("sqlite %s: checkpoint failed: %s", self.path, exc)
 
     def _commit(self, rows: dict[str, list[EventRow]], leases: dict[str, Lease | None]) -> Failures:
-        """One group commit on the writer thread: trusting remembered tails first, then
+        """One group commit, under `_lock`: trusting remembered tails first, then
         (when one turned out stale) checked against the database, then (when SQLite refused
         some session's rows) checked and isolated session by session. `leases`: the lease
         each session was held under before the commit (None: not leased here)."""
