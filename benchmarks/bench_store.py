@@ -479,8 +479,11 @@ def barrier_baseline(revision: str, rounds: int) -> dict[str, Any]:
         pythonpath = _baseline_tree(revision, Path(temp))
         for index in range(rounds):
             print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
-            runs["before"].append(_run_json(pythonpath, "--barrier-only"))
-            runs["after"].append(_run_json(None, "--barrier-only"))
+            # The order alternates: whichever runs first in a round meets a different
+            # machine state (caches, the other tenants' load) than the second.
+            for side in ("before", "after")[:: 1 if index % 2 == 0 else -1]:
+                path = pythonpath if side == "before" else None
+                runs[side].append(_run_json(path, "--barrier-only"))
     rows = []
     for label, section, key, _higher in BARRIER_FIGURES:
         before = [_figure(run, section, key) for run in runs["before"]]
@@ -516,9 +519,10 @@ def barrier_markdown(report: dict[str, Any]) -> str:
         "read the ratios, not the absolute figures.",
         "",
         f"Before: {report['baseline']}. After: {report['after']}. Each round runs the "
-        "baseline's code and then this tree's in fresh subprocesses, back to back; figures "
-        "are medians over the rounds, *after/before* the median of the per-round ratios "
-        "(with their range).",
+        "baseline's code and this tree's in fresh subprocesses, back to back (which goes "
+        "first alternates by round); figures are medians over the rounds, *after/before* "
+        "the median of the per-round ratios (with their range). `spawn CPU µs, memory:` "
+        "runs the same code in both trees: its ratio shows the noise of the comparison.",
         "",
         f"* *barrier*: one session persists {BARRIER_TURNS} loop-shaped turns in "
         f"{STEP_BATCH}-event step batches through the CodecActor (`persist`: submit + "
@@ -576,8 +580,8 @@ def demo_baseline(revision: str, rounds: int) -> dict[str, Any]:
         pythonpath = _baseline_tree(revision, Path(temp))
         for index in range(rounds):
             print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
-            runs["before"].append(_demo_run(pythonpath))
-            runs["after"].append(_demo_run(None))
+            for side in ("before", "after")[:: 1 if index % 2 == 0 else -1]:
+                runs[side].append(_demo_run(pythonpath if side == "before" else None))
     rows = []
     for key in ("step_overhead_p50_ms", "step_overhead_p99_ms", "wall_seconds"):
         before = [run[key] for run in runs["before"]]
@@ -613,10 +617,11 @@ def demo_markdown(report: dict[str, Any]) -> str:
         "",
         f"Before: {report['baseline']}. After: {report['after']}. Each round runs "
         "`actorloop run --store sqlite:FILE --json` (the packaged demo workload, the `sim` "
-        "provider, a fresh database file) with the baseline's code and then with this tree's, "
-        "in fresh processes; the figures are the run report's own `step_overhead_p50_ms` / "
-        "`p99` (the loop's time per step outside the provider: barriers, the dev invariant "
-        "the demo turns on, hooks) and its wall time, medians over the rounds.",
+        "provider, a fresh database file) with the baseline's code and with this tree's, "
+        "in fresh processes (which goes first alternates by round); the figures are the run "
+        "report's own `step_overhead_p50_ms` / `p99` (the loop's time per step outside "
+        "the provider: barriers, the dev invariant the demo turns on, hooks) and its wall "
+        "time, medians over the rounds.",
         "",
         "| figure | before | after | after/before | range |",
         "|---|---:|---:|---:|---:|",
