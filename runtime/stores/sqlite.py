@@ -452,9 +452,14 @@ class SqliteStore:
         row = session_row(meta)
 
         def insert(db: sqlite3.Connection) -> None:
-            if self._row(db, meta.id) is not None:
-                raise SessionExists(meta.id)
-            db.execute(_INSERT_SESSION, row)
+            # The key constraint is the existence check (a failed statement leaves the
+            # transaction open): one statement per create, not two.
+            try:
+                db.execute(_INSERT_SESSION, row)
+            except sqlite3.IntegrityError:
+                if self._row(db, meta.id) is None:
+                    raise
+                raise SessionExists(meta.id) from None
 
         meta_from_row(row, self._where(meta.id))  # refuse writing an unsupported version
 
