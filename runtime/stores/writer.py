@@ -8,7 +8,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import trio
 
@@ -34,7 +34,7 @@ _STOP = None
 """Put on the queue to end the thread after the jobs before it."""
 
 
-def _serve(jobs: queue.SimpleQueue[_Job[object] | None]) -> None:
+def _serve(jobs: queue.SimpleQueue[_Job[Any] | None]) -> None:
     # Holds no reference to the owner: a store dropped without `close` is collected, and
     # its finalizer stops this thread.
     while True:
@@ -65,7 +65,7 @@ class WriterThread:
     """
 
     def __init__(self, owner: object, name: str) -> None:
-        self._jobs: queue.SimpleQueue[_Job[object] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
         self._name = name
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -92,12 +92,12 @@ class WriterThread:
         if self._thread is None or self._closed:
             self._start()
         job = _Job(work)
-        self._jobs.put(job)  # type: ignore[arg-type]
+        self._jobs.put(job)
         await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
         if job.error is not None:
             error, job.error = job.error, None
             raise error
-        return job.result  # type: ignore[return-value]
+        return cast(T, job.result)
 
     def post(self, work: Callable[[], object]) -> None:
         """Queue `work` after everything queued so far, without waiting for it; it must
