@@ -18,6 +18,7 @@ import cattrs
 import orjson
 from cattrs.strategies import configure_tagged_union
 
+from actorloop.codecs.canonical import CanonicalChecks
 from actorloop.codecs.jsonvalue import (
     MAX_SAFE_INT,
     FrozenDict,
@@ -73,6 +74,11 @@ ORDERED_FIELDS: tuple[tuple[type, tuple[str, ...]], ...] = (
 )
 """Fields holding user-written JSON that reaches the model verbatim: encoded in the order
 written (in dependency order: a class comes before the classes that contain it)."""
+EMPTY_IS_ABSENT: dict[type, tuple[str, ...]] = {
+    EpochHeader: ("system", "tools", "message_prefix"),
+}
+"""Fields whose empty value is written as absent (docs/spec/session-log.md §6.3), so it
+comes back as None."""
 
 
 def ordered_fragment(value: object) -> orjson.Fragment:
@@ -175,9 +181,10 @@ def _build_converter(*, ordered: bool = False) -> cattrs.Converter:
     # Canonical form (docs/spec/session-log.md §6.3): an empty system, tools or message_prefix
     # is absent (key omitted).
     header_hook = conv.get_unstructure_hook(EpochHeader)
+    absent_when_empty = EMPTY_IS_ABSENT[EpochHeader]
 
     def unstructure_header(header: EpochHeader) -> Any:
-        fields = (header.system, header.tools, header.message_prefix)
+        fields = [getattr(header, name) for name in absent_when_empty]
         if any(value is not None and not value for value in fields):
             header = EpochHeader(
                 header.config,
@@ -201,6 +208,10 @@ _data_structurers: dict[str, Callable[[Any, type], Any]] = {
     name: converter.get_structure_hook(cls) for name, cls in DATA_BY_TYPE.items()
 }
 _unstructure_op = _encoder.get_unstructure_hook(SurfaceOp)
+_canonical = CanonicalChecks(
+    (tuple(BLOCK_TAGS), tuple(CHUNK_TAGS), tuple(OP_TAGS)),
+    EMPTY_IS_ABSENT,
+)
 _structure_op = converter.get_structure_hook(SurfaceOp)
 
 _DECODE_FAILURES = (
@@ -215,6 +226,12 @@ _DECODE_FAILURES = (
 _ENVELOPE_KEYS = frozenset(
     {"type", "seq", "time", "data", "source_event_seqs", "surface_op", "ignorable"}
 )
+
+
+def is_canonical(value: object) -> bool:
+    """True if the attrs domain value `value` is deeply immutable, exactly typed and in
+    canonical form: detaching it through the codec would give back an equal value."""
+    return _canonical.check(value)
 
 
 def unstructure(value: object) -> Any:

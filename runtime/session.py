@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from actorloop.codecs.converter import structure_as, unstructure
+from actorloop.codecs.converter import is_canonical, structure_as, unstructure
 from actorloop.codecs.jsonvalue import (
     MAX_SAFE_INT,
     freeze_json,
@@ -432,14 +432,18 @@ def _structure_data(value: object, cls: type, seq: int, event_type: str) -> Any:
 def _detached(event: SessionEvent, seq: int, *, data_detached: bool = False) -> SessionEvent:
     """A deep, strictly typed copy of `event` (docs/spec/session-log.md §2.3: appends are
     deep-copied; §9: the data must be losslessly JSON-representable, i.e. the codec can decode
-    what it encodes)."""
+    what it encodes).
+
+    Data that is already deeply immutable, exactly typed and canonical (what the loop builds
+    from values it has validated) would come out of the copy equal to itself: it is kept.
+    """
     data = event.data
-    path = f"$[{seq}].data"
-    if data_detached:
+    if data_detached or is_canonical(data):
         pass
     elif isinstance(data, IgnorableData):
-        data = IgnorableData(freeze_object(data.payload, path))
+        data = IgnorableData(freeze_object(data.payload, f"$[{seq}].data"))
     else:
+        path = f"$[{seq}].data"
         data = _structure_data(freeze_json(unstructure(data), path), type(data), seq, event.type)
     seqs = event.source_event_seqs
     return SessionEvent(
