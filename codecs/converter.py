@@ -19,6 +19,7 @@ import orjson
 from cattrs.strategies import configure_tagged_union
 
 from actorloop.codecs.canonical import CanonicalChecks
+from actorloop.codecs.fastdecode import DecoderBuilder, NotFast
 from actorloop.codecs.jsonvalue import (
     MAX_SAFE_INT,
     FrozenDict,
@@ -208,6 +209,18 @@ _data_structurers: dict[str, Callable[[Any, type], Any]] = {
     name: converter.get_structure_hook(cls) for name, cls in DATA_BY_TYPE.items()
 }
 _unstructure_op = _encoder.get_unstructure_hook(SurfaceOp)
+_fast = DecoderBuilder(
+    converter,
+    {
+        frozenset(tags): (tag_key, tags)
+        for tags, tag_key in ((BLOCK_TAGS, "type"), (CHUNK_TAGS, "type"), (OP_TAGS, "op"))
+    },
+)
+_fast_data: dict[str, Callable[[Any], Any]] = {
+    name: _fast.decoder(cls) for name, cls in DATA_BY_TYPE.items()
+}
+_fast_op = _fast.decoder(SurfaceOp)
+_new_event = _fast.constructor(SessionEvent)
 _canonical = CanonicalChecks(
     (tuple(BLOCK_TAGS), tuple(CHUNK_TAGS), tuple(OP_TAGS)),
     EMPTY_IS_ABSENT,
@@ -273,8 +286,53 @@ def _format_error(where: str, problem: object) -> SessionFormatError:
     return SessionFormatError(where, str(problem))
 
 
+def _fast_event(body: dict[str, Any]) -> SessionEvent:
+    """The generated decoders' event: exact JSON types only, NotFast (or any error) where
+    the checked path must decide."""
+    decode = _fast_data[body["type"]]
+    seq = body["seq"]
+    time = body["time"]
+    if type(seq) is not int or type(time) is not int:
+        raise NotFast
+    if not (-MAX_SAFE_INT <= seq <= MAX_SAFE_INT and -MAX_SAFE_INT <= time <= MAX_SAFE_INT):
+        raise NotFast
+    data = decode(body["data"])
+    if len(body) == 4:  # the four required keys, read above
+        return _new_event(body["type"], seq, time, data, None, None, False)
+    if not body.keys() <= _ENVELOPE_KEYS:
+        raise NotFast
+    seqs = body.get("source_event_seqs")
+    if seqs is not None:
+        if type(seqs) is not list:
+            raise NotFast
+        for item in seqs:
+            if type(item) is not int or not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
+                raise NotFast
+        seqs = tuple(seqs)
+    op = body.get("surface_op")
+    if op is not None:
+        op = _fast_op(op)
+    ignorable = body.get("ignorable", False)
+    if type(ignorable) is not bool:
+        raise NotFast
+    return _new_event(body["type"], seq, time, data, seqs, op, ignorable)
+
+
 def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
-    """Strictly structure one decoded event object; errors name the seq (or `where`)."""
+    """Strictly structure one decoded event object; errors name the seq (or `where`).
+
+    Well-formed JSON takes the generated decoders; anything they do not vouch for is decided
+    (and reported) by the strict converter.
+    """
+    if type(body) is dict:
+        try:
+            return _fast_event(body)
+        except Exception:  # NotFast, or any failure: the checked path below decides
+            pass
+    return _checked_event_from_dict(body, where)
+
+
+def _checked_event_from_dict(body: Any, where: str | None) -> SessionEvent:
     if not isinstance(body, dict):
         raise _format_error(where or "event", f"expected an object, got {type(body).__name__}")
     seq = body.get("seq")
@@ -317,6 +375,13 @@ def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
 
 
 def decode_event(raw: bytes | str, where: str | None = None) -> SessionEvent:
+    """Decode one event's JSON strictly; errors are SessionFormatError naming `where`."""
+    try:
+        body = orjson.loads(raw)
+        if type(body) is dict:
+            return _fast_event(body)
+    except Exception:  # NotFast, invalid or too deep JSON: the checked path decides
+        pass
     try:
         body = loads_json(raw)
     except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:
