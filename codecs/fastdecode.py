@@ -79,8 +79,6 @@ class DecoderBuilder:
         in, an instance out); raises NotFast (or any error) where the converter must decide."""
         if isinstance(tp, type) and attrs.has(tp):
             name = self._class_function(tp, None)
-        elif frozenset(get_args(tp)) in self._tagged:
-            name = self._union_function(get_args(tp))
         else:
             name = self._item_function(tp)
         self._compile()
@@ -203,22 +201,34 @@ class DecoderBuilder:
             if type(None) in members and len(rest) == 1:
                 inner = self._check(var, rest[0], pad + "    ")
                 return [f"{pad}if {var} is not None:", *inner]
-            if type(None) not in members and frozenset(rest) in self._tagged:
-                return [f"{pad}{var} = {self._union_function(rest)}({var})"]
         if origin is tuple:
             args = get_args(tp)
             if len(args) == 2 and args[1] is Ellipsis:
-                item = self._item_function(args[0])
+                call = self._call(args[0], "item")
+                if call is None:
+                    call = f"{self._item_function(args[0])}(item)"
                 return [
                     f"{pad}if type({var}) is not list:",
                     f"{pad}    raise NotFast",
-                    f"{pad}{var} = tuple([{item}(item) for item in {var}])",
+                    f"{pad}{var} = tuple([{call} for item in {var}])",
                 ]
-        if isinstance(tp, type) and attrs.has(tp):
-            return [f"{pad}{var} = {self._class_function(tp, None)}({var})"]
+        call = self._call(tp, var)
+        if call is not None:
+            return [f"{pad}{var} = {call}"]
         # Anything else: the converter's own hook for the type (what cattrs would call).
         hook = self._constant(self._converter.get_structure_hook(tp), "h")
         return [f"{pad}{var} = {hook}({var}, {self._constant(tp, 't')})"]
+
+    def _call(self, tp: Any, arg: str) -> str | None:
+        """An expression decoding `arg` as an attrs class or a tagged union (a bad tag or a
+        non-object fails with KeyError or TypeError), or None for other types."""
+        if isinstance(tp, type) and attrs.has(tp):
+            return f"{self._class_function(tp, None)}({arg})"
+        members = get_args(tp)
+        if get_origin(tp) in (Union, types.UnionType) and frozenset(members) in self._tagged:
+            table, tag_key = self._union_table(members)
+            return f"{table}[{arg}[{tag_key!r}]]({arg})"
+        return None
 
     def _item_function(self, tp: Any) -> str:
         key = (tp, "item")
@@ -231,31 +241,17 @@ class DecoderBuilder:
         self._sources.append("\n".join([f"def {name}(x):", *body, "    return x"]))
         return name
 
-    def _union_function(self, members: tuple[type, ...]) -> str:
+    def _union_table(self, members: tuple[type, ...]) -> tuple[str, str]:
+        """(the name of a dict from tag to member decoder, the tag key) for a tagged union."""
         key = (frozenset(members), "union")
         found = self._names.get(key)
-        if found is not None:
-            return found
-        name = f"u{next(self._counter)}"
-        self._names[key] = name
         tag_key, tags = self._tagged[frozenset(members)]
-        by_tag = {tags[member]: self._class_function(member, tag_key) for member in members}
+        if found is not None:
+            return found, tag_key
         table = self._constant({}, "tags")
-        # Filled once every member's function exists (after compilation).
-        self._sources.append(
-            "\n".join(
-                [
-                    f"def {name}(o):",
-                    "    if type(o) is not dict:",
-                    "        raise NotFast",
-                    f"    decode = {table}.get(o.get({tag_key!r}))",
-                    "    if decode is None:",
-                    "        raise NotFast",
-                    "    return decode(o)",
-                ]
-            )
-        )
-        self._sources.append(
-            f"{table}.update({{{', '.join(f'{tag!r}: {fn}' for tag, fn in by_tag.items())}}})"
-        )
-        return name
+        self._names[key] = table
+        by_tag = {tags[member]: self._class_function(member, tag_key) for member in members}
+        # Filled when the generated module runs, after every member's function exists.
+        entries = ", ".join(f"{tag!r}: {function}" for tag, function in by_tag.items())
+        self._sources.append(f"{table}.update({{{entries}}})")
+        return table, tag_key
