@@ -6,7 +6,10 @@ Appends are synchronous and transactional; forks share the parent's events struc
 from __future__ import annotations
 
 import logging
+import operator
+import threading
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -195,6 +198,7 @@ class Session:
         session = cls(_make_meta(session_id, meta))
         for event in events:
             session._commit(event, detach=False)
+        _replays.offer(session)
         return session
 
     @classmethod
@@ -203,10 +207,13 @@ class Session:
     ) -> Session:
         """A session over events a store's `load` has just validated and repaired.
 
-        The store checked every rule already; checking again would double the cost of a
-        resume, so the folded state is replayed lazily on first use, as for a fork.
+        The store checked every rule already, by replaying the log (`from_events`): when
+        that replay's fold is there to be taken over (see `_Replays`), it is adopted instead
+        of folding again; otherwise the state is folded lazily on first use, as for a fork.
         """
-        return cls(_make_meta(session_id, meta), EventLog(events=events))
+        session = cls(_make_meta(session_id, meta), EventLog(events=events))
+        session._state = _replays.take(session_id, events)
+        return session
 
     # reading --------------------------------------------------------------------------
 
@@ -420,6 +427,43 @@ class Session:
                 state.header.feed(event)
             self._state = state
         return self._state
+
+
+class _Replays:
+    """The fold of the latest log replayed by `from_events`, for `from_loaded` to adopt.
+
+    A store's load validates the stored log by replaying it into a session it then drops
+    (with any repair closers appended), and returns the events; the session built from them
+    needs that same fold. The fold is adopted only when nothing else can touch it any more
+    (the replaying session is gone) and it is the fold of exactly these events (the same
+    event objects, or equal ones: the closers were appended as detached copies). One slot,
+    taken once: a replay nobody adopts is dropped by the next one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slot: tuple[str, weakref.ref[Session], EventLog, _State] | None = None
+
+    def offer(self, session: Session) -> None:
+        assert session._state is not None
+        with self._lock:
+            self._slot = (session.id, weakref.ref(session), session._log, session._state)
+
+    def take(self, session_id: str, events: Sequence[SessionEvent]) -> _State | None:
+        with self._lock:
+            slot, self._slot = self._slot, None
+        if slot is None:
+            return None
+        replayed_id, replaying, log, state = slot
+        if replayed_id != session_id or replaying() is not None or len(log) != len(events):
+            return None
+        own = log.since(0)
+        if all(map(operator.is_, own, events)):
+            return state
+        return state if all(a is b or a == b for a, b in zip(own, events, strict=True)) else None
+
+
+_replays = _Replays()
 
 
 def _structure_data(value: object, cls: type, seq: int, event_type: str) -> Any:
