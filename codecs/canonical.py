@@ -9,6 +9,7 @@ which sends the value down the checking copy (and its typed errors) as before.
 
 from __future__ import annotations
 
+import itertools
 import math
 import types
 from collections.abc import Callable
@@ -54,10 +55,6 @@ def _float(value: Any) -> bool:
     )
 
 
-def _bool(value: Any) -> bool:
-    return type(value) is bool
-
-
 def _json(value: Any, depth: int) -> bool:
     """A frozen JSON value exactly as `freeze_json` builds it (tuples, FrozenDicts)."""
     kind = type(value)
@@ -83,9 +80,9 @@ def _frozen_object(value: Any) -> bool:
 
 
 class CanonicalChecks:
-    """Checkers built once per type from the attrs fields' annotations.
+    """Checkers generated once per type from the attrs fields' annotations.
 
-    `tagged` maps each tagged union the codec knows (by its member set) so a union value is
+    `tagged` lists the member sets of the tagged unions the codec knows, so a union value is
     dispatched on its exact class; `empty_is_absent` names the fields the codec writes as
     absent when empty (they come back as None, so an empty value there is not canonical).
     """
@@ -97,7 +94,17 @@ class CanonicalChecks:
     ) -> None:
         self._tagged = frozenset(frozenset(members) for members in tagged)
         self._empty_is_absent = empty_is_absent
-        self._checks: dict[Any, Check] = {}
+        self._checks: dict[type, Check] = {}
+        self._names: dict[Any, str] = {}
+        self._sources: list[str] = []
+        self._globals: dict[str, Any] = {
+            "MAX": MAX_SAFE_INT,
+            "text": _text,
+            "json_float": _float,
+            "frozen_object": _frozen_object,
+            "never": _never,
+        }
+        self._counter = itertools.count()
 
     def check(self, value: Any) -> bool:
         """True if `value` (an attrs instance) would come out of the codec's copy as itself."""
@@ -106,76 +113,116 @@ class CanonicalChecks:
             checker = self.for_type(type(value))
         return checker(value)
 
-    def for_type(self, tp: Any) -> Check:
-        """The checker for the annotation `tp` (memoized)."""
-        found = self._checks.get(tp)
+    def for_type(self, cls: type) -> Check:
+        """The checker for instances of the attrs class `cls` (generated on first use)."""
+        found = self._checks.get(cls)
         if found is not None:
             return found
-        # A placeholder first, so a self-referencing type cannot recurse forever.
-        self._checks[tp] = _never
-        built = self._build(tp)
-        self._checks[tp] = built
-        return built
+        if not attrs.has(cls):
+            return _never
+        name = self._class_function(cls)
+        source = "\n\n".join(self._sources)
+        self._sources.clear()
+        exec(compile(source, "<actorloop generated canonical checks>", "exec"), self._globals)
+        checker: Check = self._globals[name]
+        self._checks[cls] = checker
+        return checker
 
-    def _build(self, tp: Any) -> Check:
+    def _constant(self, value: Any, prefix: str) -> str:
+        name = f"_{prefix}{next(self._counter)}"
+        self._globals[name] = value
+        return name
+
+    def _class_function(self, cls: type) -> str:
+        found = self._names.get(cls)
+        if found is not None:
+            return found
+        name = f"c{next(self._counter)}_{cls.__name__}"
+        self._names[cls] = name
+        attrs.resolve_types(cls)
+        lines = [f"def {name}(v):", f"    if type(v) is not {self._constant(cls, 'cls')}:"]
+        lines.append("        return False")
+        for field_name in self._empty_is_absent.get(cls, ()):
+            lines.append(f"    x = v.{field_name}")
+            lines.append("    if x is not None and not x:")
+            lines.append("        return False")
+        for field in attrs.fields(cls):
+            lines.append(f"    x = v.{field.name}")
+            lines.append(f"    if not ({self._expression(field.type, 'x')}):")
+            lines.append("        return False")
+        lines.append("    return True")
+        self._sources.append("\n".join(lines))
+        return name
+
+    def _expression(self, tp: Any, var: str) -> str:
+        """A boolean expression: `var` is canonical for the annotation `tp`."""
         if tp is str:
-            return _text
+            return f"type({var}) is str and ({var}.isascii() or text({var}))"
         if tp is int:
-            return _int
+            return f"type({var}) is int and -MAX <= {var} <= MAX"
         if tp is float:
-            return _float
+            return f"json_float({var})"
         if tp is bool:
-            return _bool
+            return f"type({var}) is bool"
         if tp is FrozenDict:
-            return _frozen_object
+            return f"frozen_object({var})"
         origin = get_origin(tp)
         if origin is Literal:
-            allowed = tuple((type(arg), arg) for arg in get_args(tp))
-            return lambda value: (type(value), value) in allowed
+            allowed = self._constant(tuple((type(arg), arg) for arg in get_args(tp)), "literal")
+            return f"(type({var}), {var}) in {allowed}"
         if origin is tuple:
             args = get_args(tp)
             if len(args) != 2 or args[1] is not Ellipsis:
-                return _never
-            item = self.for_type(args[0])
-            return lambda value: type(value) is tuple and all(item(part) for part in value)
+                return "False"
+            return f"{self._tuple_function(args[0])}({var})"
         if origin is Union or origin is types.UnionType:
-            return self._union(get_args(tp))
+            members = get_args(tp)
+            rest = tuple(member for member in members if member is not type(None))
+            optional = type(None) in members
+            if len(rest) == 1:
+                inner = self._expression(rest[0], var)
+                return f"{var} is None or ({inner})" if optional else inner
+            if frozenset(rest) not in self._tagged:
+                return "False"  # an untagged union: the codec's choice is not ours to predict
+            name = self._union_table(rest)
+            dispatch = f"{name}.get(type({var}), never)({var})"
+            return f"{var} is None or {dispatch}" if optional else dispatch
         if isinstance(tp, type) and attrs.has(tp):
-            return self._attrs(tp)
-        return _never
+            return f"{self._class_function(tp)}({var})"
+        return "False"
 
-    def _union(self, members: tuple[Any, ...]) -> Check:
-        optional = type(None) in members
-        rest = tuple(member for member in members if member is not type(None))
-        if len(rest) == 1:
-            inner = self.for_type(rest[0])
-            if optional:
-                return lambda value: value is None or inner(value)
-            return inner
-        if frozenset(rest) not in self._tagged:
-            return _never  # an untagged union: the codec's choice is not ours to predict
-        by_type = {member: self.for_type(member) for member in rest}
+    def _union_table(self, members: tuple[type, ...]) -> str:
+        """The name of a dict from member class to its checker (filled when the generated
+        module runs, after every member's function exists)."""
+        key = (frozenset(members), "union")
+        found = self._names.get(key)
+        if found is not None:
+            return found
+        name = self._constant({}, "members")
+        self._names[key] = name
+        table = {member: self._class_function(member) for member in members}
+        entries = ", ".join(f"{self._constant(m, 'cls')}: {f}" for m, f in table.items())
+        self._sources.append(f"{name}.update({{{entries}}})")
+        return name
 
-        def check(value: Any) -> bool:
-            if value is None:
-                return optional
-            member = by_type.get(type(value))
-            return member is not None and member(value)
-
-        return check
-
-    def _attrs(self, cls: type) -> Check:
-        attrs.resolve_types(cls)
-        fields = tuple((field.name, self.for_type(field.type)) for field in attrs.fields(cls))
-        non_empty = self._empty_is_absent.get(cls, ())
-
-        def check(value: Any) -> bool:
-            if type(value) is not cls:
-                return False
-            for name in non_empty:
-                part = getattr(value, name)
-                if part is not None and not part:
-                    return False
-            return all(field_check(getattr(value, name)) for name, field_check in fields)
-
-        return check
+    def _tuple_function(self, item: Any) -> str:
+        key = (item, "tuple")
+        found = self._names.get(key)
+        if found is not None:
+            return found
+        name = f"t{next(self._counter)}"
+        self._names[key] = name
+        self._sources.append(
+            "\n".join(
+                [
+                    f"def {name}(v):",
+                    "    if type(v) is not tuple:",
+                    "        return False",
+                    "    for x in v:",
+                    f"        if not ({self._expression(item, 'x')}):",
+                    "            return False",
+                    "    return True",
+                ]
+            )
+        )
+        return name

@@ -12,6 +12,7 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import NoneType
 from typing import Any
 
 from actorloop.codecs.converter import is_canonical, structure_as, unstructure
@@ -30,7 +31,6 @@ from actorloop.runtime.errors import (
 from actorloop.runtime.events import (
     DATA_BY_TYPE,
     SURFACE_TYPES,
-    TYPE_BY_DATA,
     Append,
     AssistantMessage,
     EventData,
@@ -50,6 +50,10 @@ from actorloop.runtime.surface import SurfaceFold
 log = logging.getLogger("actorloop.session")
 
 SessionObserver = Callable[[SessionEvent], None]
+
+_HEADER_DATA = frozenset(
+    cls for name, cls in DATA_BY_TYPE.items() if name in ("request/header", "request/header-delta")
+)
 
 
 class EventLog:
@@ -108,47 +112,52 @@ class EventLog:
 
 
 def _check_envelope(event: SessionEvent, expected_seq: int) -> None:
-    def fail(rule: str) -> SessionValidationError:
-        return SessionValidationError(expected_seq, f"{event.type}: {rule}")
+    problem = _envelope_problem(event, expected_seq)
+    if problem is not None:
+        raise SessionValidationError(expected_seq, f"{event.type}: {problem}")
 
+
+def _envelope_problem(event: SessionEvent, expected_seq: int) -> str | None:
+    """The first envelope rule `event` breaks as the event at `expected_seq`, or None."""
     if type(event.seq) is not int or event.seq != expected_seq:
-        raise fail(f"seq {event.seq!r} is not the next index {expected_seq}")
+        return f"seq {event.seq!r} is not the next index {expected_seq}"
     if type(event.time) is not int or not 0 <= event.time <= MAX_SAFE_INT:
-        raise fail(f"time must be an int >= 0 (epoch ms), got {event.time!r}")
+        return f"time must be an int >= 0 (epoch ms), got {event.time!r}"
     if event.ignorable or isinstance(event.data, IgnorableData):
         if not (event.ignorable and isinstance(event.data, IgnorableData)):
-            raise fail("only unknown event types marked ignorable carry opaque data")
+            return "only unknown event types marked ignorable carry opaque data"
         if event.surface_op is not None or event.source_event_seqs is not None:
-            raise fail("an ignorable event takes no part in the surface")
-        return
+            return "an ignorable event takes no part in the surface"
+        return None
     expected = DATA_BY_TYPE.get(event.type)
     if expected is None:
-        raise fail("unknown event type (not marked ignorable)")
+        return "unknown event type (not marked ignorable)"
     if type(event.data) is not expected:
-        raise fail(f"data must be {expected.__name__}, got {type(event.data).__name__}")
+        return f"data must be {expected.__name__}, got {type(event.data).__name__}"
     surface = event.type in SURFACE_TYPES
-    if surface and event.surface_op is None:
-        raise fail("surface_op is required on surface events")
-    if not surface and event.surface_op is not None:
-        raise fail("surface_op is forbidden on non-surface events")
     op = event.surface_op
+    if surface and op is None:
+        return "surface_op is required on surface events"
+    if not surface and op is not None:
+        return "surface_op is forbidden on non-surface events"
     if isinstance(op, Replace):
         if type(op.start) is not int or type(op.end) is not int:
-            raise fail(f"replace start/end must be int seqs, got {op.start!r}, {op.end!r}")
+            return f"replace start/end must be int seqs, got {op.start!r}, {op.end!r}"
     elif surface and not isinstance(op, Append):
-        raise fail(f"surface_op must be Append or Replace, got {type_name(op)}")
+        return f"surface_op must be Append or Replace, got {type_name(op)}"
     seqs = event.source_event_seqs
     if seqs is None:
-        return
+        return None
     if not surface:
-        raise fail("source_event_seqs are allowed only on surface events")
+        return "source_event_seqs are allowed only on surface events"
     if not seqs and not isinstance(event.data, AssistantMessage):
-        raise fail("source_event_seqs must be non-empty")
+        return "source_event_seqs must be non-empty"
     if len(set(seqs)) != len(seqs):
-        raise fail("source_event_seqs must be unique")
+        return "source_event_seqs must be unique"
     for seq in seqs:
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < expected_seq:
-            raise fail(f"source_event_seqs entry {seq!r} does not refer to an earlier event")
+            return f"source_event_seqs entry {seq!r} does not refer to an earlier event"
+    return None
 
 
 class _State:
@@ -341,7 +350,7 @@ class Session:
             event = _detached(event, seq, data_detached=data_detached)
         state.structure.check(event)
         state.surface.check(event, self._log.__getitem__)
-        if TYPE_BY_DATA.get(type(event.data)) in ("request/header", "request/header-delta"):
+        if type(event.data) in _HEADER_DATA:
             try:
                 state.header.preview(event)
             except HeaderFoldError as exc:
@@ -359,6 +368,8 @@ class Session:
     def _notify(self, event: SessionEvent) -> None:
         """Deliver to observers in seq order: an append made by an observer is queued and
         delivered once the current event has reached every observer."""
+        if not self._observers and not self._delivering:
+            return  # nobody to deliver to, and no delivery under way to queue behind
         self._undelivered.append(event)
         if self._delivering:
             return
@@ -490,6 +501,8 @@ def _detached(event: SessionEvent, seq: int, *, data_detached: bool = False) -> 
         path = f"$[{seq}].data"
         data = _structure_data(freeze_json(unstructure(data), path), type(data), seq, event.type)
     seqs = event.source_event_seqs
+    if data is event.data and type(event) is SessionEvent and type(seqs) in (tuple, NoneType):
+        return event  # every part already immutable and normalized: the copy would be equal
     return SessionEvent(
         event.type,
         event.seq,
