@@ -241,7 +241,27 @@ def drive(quick: bool, base_python: str | None, rounds: int) -> dict[str, Any]:
         label: {key: _median(rows, key) for key, _ in FIGURES} for label, rows in samples.items()
     }
     hashes = {label: {row["log_sha256"] for row in rows} for label, rows in samples.items()}
+    mine = medians["this tree"]
+    headline = {
+        "append µs/event": round(mine["append_us_per_event"], 2),
+        "decode events/s": round(mine["decode_events_per_s"]),
+        "decode ÷ orjson.loads": round(mine["decode_x_orjson"], 2),
+        f"resume CPU s ({resume_events:,}-event sqlite log)": round(mine["resume_cpu_s"], 3),
+        "resume ÷ floor (SQL + orjson)": round(mine["resume_x_floor"], 2),
+    }
+    if base_python:
+        base = medians["baseline"]
+        headline["append × faster than baseline"] = round(
+            base["append_us_per_event"] / mine["append_us_per_event"], 2
+        )
+        headline["decode × faster than baseline"] = round(
+            mine["decode_events_per_s"] / base["decode_events_per_s"], 2
+        )
+        headline["resume × faster than baseline"] = round(
+            base["resume_cpu_s"] / mine["resume_cpu_s"], 2
+        )
     report: dict[str, Any] = {
+        "headlines": headline,
         "environment": {
             "python": sys.version.split()[0],
             "platform": platform.platform(),
