@@ -225,12 +225,30 @@ class SessionBusy(SessionError):
 
 
 class SessionForkError(SessionError):
-    """A fork was refused; `code` is one of INVALID_BOUNDARY, OPEN_TURN, SESSION_NOT_FOUND,
-    SESSION_ALREADY_EXISTS."""
+    """A fork was refused; `code` is one of SESSION_NOT_FOUND, SESSION_ALREADY_EXISTS,
+    INVALID_BOUNDARY (no event at that seq), OPEN_TURN (the seed would end inside a turn)
+    — docs/spec/fork-resume.md §5."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+
+    @classmethod
+    def not_a_seq(cls, session_id: str, boundary: object) -> SessionForkError:
+        """INVALID_BOUNDARY: `boundary` is not a non-negative int naming a stored event."""
+        return cls(
+            ErrorCode.INVALID_BOUNDARY,
+            f"fork boundary {boundary!r} is not a seq of session {session_id}",
+        )
+
+    @classmethod
+    def inside_a_turn(cls, session_id: str, boundary: int, event_type: str) -> SessionForkError:
+        """OPEN_TURN: the event at `boundary` exists but is not a turn/end, so a seed ending
+        there would hold an unfinished turn."""
+        return cls(
+            ErrorCode.OPEN_TURN,
+            f"fork boundary {boundary} in session {session_id} must be turn/end, got {event_type}",
+        )
 
 
 class InvalidSessionId(SessionError, ValueError):

@@ -262,6 +262,8 @@ class Runtime:
             return await self._fork_stored(session_id, boundary, child_id, options)
         options = options or source_loop.options
         provider = self.provider_for(options)
+        if child_id is not None:
+            await self._refuse_existing(child_id)  # the child id before the boundary (§5)
         # Fork first, then flush: the flush covers every event the child's seed holds, even
         # if the source appends more while it runs.
         child = source_loop.session.fork(boundary, child_id)
@@ -302,6 +304,8 @@ class Runtime:
         options: AgentOptions | None,
     ) -> Agent:
         """Fork a session no agent here owns (it may be live in another process)."""
+        if child_id is not None and child_id in self._loops:
+            raise SessionForkError(ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists")
         point = await fork_point(self.store, session_id, boundary, child_id)
         seeded = point.seeded
         if options is None:

@@ -393,6 +393,11 @@ class Session:
 
     def fork(self, boundary: int | None = None, child_id: str | None = None) -> Session:
         """A child seeded with `events[0..boundary]` (inclusive), sharing them structurally."""
+        child_id = new_session_id() if child_id is None else child_id
+        if child_id == self.id:
+            raise SessionForkError(
+                ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
+            )
         length = len(self._log)
         if boundary is None:
             # Open turn <=> the last non-ignorable event is not a turn/end (O(1), no fold).
@@ -410,20 +415,9 @@ class Session:
             or not isinstance(boundary, int)
             or not 0 <= boundary < length
         ):
-            raise SessionForkError(
-                ErrorCode.INVALID_BOUNDARY,
-                f"boundary {boundary!r} is not a seq of {self.id!r} (0..{length - 1})",
-            )
+            raise SessionForkError.not_a_seq(self.id, boundary)
         if not isinstance(self._log[boundary].data, TurnEnd):
-            raise SessionForkError(
-                ErrorCode.INVALID_BOUNDARY,
-                f"boundary {boundary} is a {self._log[boundary].type}, not a turn/end",
-            )
-        child_id = new_session_id() if child_id is None else child_id
-        if child_id == self.id:
-            raise SessionForkError(
-                ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
-            )
+            raise SessionForkError.inside_a_turn(self.id, boundary, self._log[boundary].type)
         meta = SessionMeta(child_id, parent_session=self.id, seed_length=boundary + 1)
         return Session(meta, EventLog(self._log, boundary + 1))
 

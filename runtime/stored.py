@@ -84,6 +84,12 @@ async def fork_point(
     """
     if not await store.exists(session_id):
         raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f"session {session_id!r} not found")
+    if child_id == session_id:
+        raise SessionForkError(
+            ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
+        )
+    if child_id is not None and await store.exists(child_id):
+        raise SessionForkError(ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists")
     seeded: Session | None = None
     if boundary is None:
         meta, events = await store.load(session_id)
@@ -91,8 +97,4 @@ async def fork_point(
         assert seeded.meta.seed_length is not None
         boundary, child_id = seeded.meta.seed_length - 1, seeded.id
     child_id = new_session_id() if child_id is None else child_id
-    if child_id == session_id:
-        raise SessionForkError(
-            ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
-        )
     return ForkPoint(boundary, child_id, seeded)

@@ -478,7 +478,7 @@ def test_failures_reach_asyncio_as_the_typed_exceptions_trio_callers_get(
             with pytest.raises(SessionBusy):
                 await rt.spawn(OPTIONS, session_id="one")
             with pytest.raises(SessionForkError) as refused:
-                await rt.fork("one", boundary=1)
+                await rt.fork("one", boundary=10_000)
             assert refused.value.code == ErrorCode.INVALID_BOUNDARY
             # The agent's loop crashes: its store write fails at the turn's final barrier.
             loop = rt.trio_runtime._loops["one"]

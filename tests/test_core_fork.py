@@ -89,8 +89,16 @@ def test_default_boundary_on_an_open_turn_is_OPEN_TURN() -> None:
     assert "OPEN_TURN" in str(info.value)
 
 
-@pytest.mark.parametrize("boundary", [0, 1, 3, -1, 10_000, True, "3"])
-def test_a_boundary_that_is_not_a_turn_end_is_INVALID_BOUNDARY(boundary: object) -> None:
+@pytest.mark.parametrize("boundary", [0, 1, 3])
+def test_a_boundary_inside_a_turn_is_OPEN_TURN(boundary: int) -> None:
+    parent, _, _ = three_turns()
+    with pytest.raises(SessionForkError) as info:
+        parent.fork(boundary)
+    assert info.value.code == "OPEN_TURN"
+
+
+@pytest.mark.parametrize("boundary", [-1, 10_000, True, "3", 1.0])
+def test_a_boundary_naming_no_event_is_INVALID_BOUNDARY(boundary: object) -> None:
     parent, _, _ = three_turns()
     with pytest.raises(SessionForkError) as info:
         parent.fork(boundary)  # type: ignore[arg-type]
@@ -99,8 +107,18 @@ def test_a_boundary_that_is_not_a_turn_end_is_INVALID_BOUNDARY(boundary: object)
 
 def test_a_boundary_message_names_what_it_is() -> None:
     parent, _, _ = three_turns()
-    with pytest.raises(SessionForkError, match="boundary 1 is a user/message, not a turn/end"):
+    expected = "OPEN_TURN: fork boundary 1 in session parent must be turn/end, got user/message"
+    with pytest.raises(SessionForkError) as info:
         parent.fork(1)
+    assert str(info.value) == expected
+
+
+def test_the_child_id_is_checked_before_the_boundary() -> None:
+    parent, _, _ = three_turns(open_last=True)
+    for boundary in (None, 1, -1):
+        with pytest.raises(SessionForkError) as info:
+            parent.fork(boundary, "parent")
+        assert info.value.code == "SESSION_ALREADY_EXISTS"
 
 
 def test_the_childs_id_must_differ_from_the_parents() -> None:
@@ -119,16 +137,16 @@ def test_an_empty_session_cannot_be_forked() -> None:
     assert info.value.code == "INVALID_BOUNDARY"
 
 
-def test_default_boundary_after_a_trailing_ignorable_event_is_not_an_open_turn() -> None:
+def test_default_boundary_on_a_trailing_ignorable_event_is_not_a_turn_end() -> None:
     parent, _, _ = three_turns(open_last=False)
     extra = SessionEvent(
         "x/telemetry", len(parent), 0, IgnorableData(freeze_object({})), ignorable=True
     )
     parent.append_event(extra)
     assert parent.open_turn is None
-    with pytest.raises(SessionForkError) as info:
+    with pytest.raises(SessionForkError, match="must be turn/end, got x/telemetry") as info:
         parent.fork()
-    assert info.value.code == "INVALID_BOUNDARY"
+    assert info.value.code == "OPEN_TURN"
 
 
 def test_fork_of_a_fork() -> None:

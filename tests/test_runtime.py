@@ -316,8 +316,8 @@ async def test_fork_errors_are_plain_typed_errors(url: str) -> None:
             assert info.value.code == code
             return info.value
 
-        await refused("INVALID_BOUNDARY", "p", 0, "x")  # a turn/start
-        await refused("INVALID_BOUNDARY", "p", 1, "x")  # a user/message
+        await refused("OPEN_TURN", "p", 0, "x")  # a turn/start
+        await refused("OPEN_TURN", "p", 1, "x")  # a user/message
         await refused("INVALID_BOUNDARY", "p", 10_000, "x")
         await refused("INVALID_BOUNDARY", "p", -1, "x")
         await refused("INVALID_BOUNDARY", "p", True, "x")
@@ -332,8 +332,11 @@ async def test_fork_errors_are_plain_typed_errors(url: str) -> None:
         await parent.send("to fork from storage")
         stored_end = len(parent.session) - 1
         await parent.dispose()
-        for bad in (0, 1, stored_end + 1, 10_000, -1, True):
+        for inside in (0, 1):
+            await refused("OPEN_TURN", "p", inside, "x", OPTIONS)
+        for bad in (stored_end + 1, 10_000, -1, True):
             await refused("INVALID_BOUNDARY", "p", bad, "x", OPTIONS)
+        await refused("SESSION_ALREADY_EXISTS", "p", 1, "other", OPTIONS)
         await refused("SESSION_ALREADY_EXISTS", "p", stored_end, "p", OPTIONS)
         await refused("SESSION_ALREADY_EXISTS", "p", stored_end, "other", OPTIONS)
         parent = await rt.resume("p", OPTIONS)
@@ -341,6 +344,10 @@ async def test_fork_errors_are_plain_typed_errors(url: str) -> None:
             nursery.start_soon(parent.send, "third")
             await wait_until(lambda: parent.session.open_turn == 3 and len(provider.requests) == 3)
             await refused("OPEN_TURN", "p", None, "x")
+            # The child id comes first, even for a source whose tail is open.
+            await refused("SESSION_ALREADY_EXISTS", "p", None, "other")
+            await refused("SESSION_ALREADY_EXISTS", "p", 1, "other")
+            await refused("SESSION_ALREADY_EXISTS", "p", None, "p")
             parent.cancel()
         # Nothing was created, nothing is left claimed: the id is still free.
         assert {meta.id for meta in await rt.list_sessions()} == sessions_before

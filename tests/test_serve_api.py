@@ -174,6 +174,8 @@ async def test_fork_dispose_resume_and_their_refusals() -> None:
         assert detail["lineage"] == {"parent_session": "src", "seed_length": ends[0] + 1}
 
         bad = await client.post("/v1/sessions/src/fork", json={"boundary": 1})
+        assert (bad.status_code, error_of(bad)) == (409, "OPEN_TURN")  # a user/message
+        bad = await client.post("/v1/sessions/src/fork", json={"boundary": 10_000})
         assert (bad.status_code, error_of(bad)) == (422, "INVALID_BOUNDARY")
         taken = await client.post("/v1/sessions/src/fork", json={"child_id": child["id"]})
         assert (taken.status_code, error_of(taken)) == (409, "SESSION_ALREADY_EXISTS")

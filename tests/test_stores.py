@@ -421,12 +421,16 @@ async def test_fork_errors_are_typed(store: Store) -> None:
     await stored(store, closed_log("parent", 2))
     await store.create(SessionMeta("taken"))
     cases = [
-        (("parent", 3, "c1"), "INVALID_BOUNDARY"),  # a step/start, not a turn/end
+        (("parent", 3, "c1"), "OPEN_TURN"),  # a step/start: the seed would end mid-turn
         (("parent", 26, "c1"), "INVALID_BOUNDARY"),  # past the stored tail
         (("parent", -1, "c1"), "INVALID_BOUNDARY"),
+        (("parent", True, "c1"), "INVALID_BOUNDARY"),
         (("ghost", 12, "c1"), "SESSION_NOT_FOUND"),
         (("parent", 12, "taken"), "SESSION_ALREADY_EXISTS"),
         (("parent", 12, "parent"), "SESSION_ALREADY_EXISTS"),
+        # The child id is checked before the boundary.
+        (("parent", 3, "taken"), "SESSION_ALREADY_EXISTS"),
+        (("parent", -1, "taken"), "SESSION_ALREADY_EXISTS"),
     ]
     for args, code in cases:
         with pytest.raises(SessionForkError) as info:

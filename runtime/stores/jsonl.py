@@ -109,6 +109,10 @@ def _fsync_path(path: Path | str, flags: int = os.O_RDONLY) -> None:
 
 
 class JsonlStore:
+    """A `Store` of one directory per session under `root`: an append-only `log.jsonl` (a
+    meta line, one event per line) and its head record; fsync group commits
+    (persistence.md §6)."""
+
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.url = f"jsonl:{self.root}"
@@ -565,11 +569,7 @@ class JsonlStore:
     async def fork(self, parent_id: str, boundary: int, child_id: str) -> SessionMeta:
         check_session_id(parent_id)
         check_session_id(child_id)
-        if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
-            raise SessionForkError(
-                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary!r} is not a seq"
-            )
-        child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
+        valid = not isinstance(boundary, bool) and isinstance(boundary, int) and boundary >= 0
 
         def run() -> SessionMeta:
             if not self._log_path(parent_id).exists():
@@ -580,6 +580,8 @@ class JsonlStore:
                 raise SessionForkError(
                     ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
                 )
+            if not valid:
+                raise SessionForkError.not_a_seq(parent_id, boundary)
             owner = parent_id
             seen: frozenset[str] = frozenset()
             while True:  # up the fork chain to the log that stores seq `boundary`
@@ -593,15 +595,10 @@ class JsonlStore:
                 seen = seen | {owner}
                 owner = parent_of(meta, seen, name)
             if event is None:
-                raise SessionForkError(
-                    ErrorCode.INVALID_BOUNDARY,
-                    f"boundary {boundary} is not a stored seq of {parent_id!r}",
-                )
+                raise SessionForkError.not_a_seq(parent_id, boundary)
             if not isinstance(event.data, TurnEnd):
-                raise SessionForkError(
-                    ErrorCode.INVALID_BOUNDARY,
-                    f"boundary {boundary} is a {event.type}, not a turn/end",
-                )
+                raise SessionForkError.inside_a_turn(parent_id, boundary, event.type)
+            child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
             try:
                 self._create(child)
             except SessionExists:

@@ -58,6 +58,7 @@ class Lease:
 
     @property
     def held(self) -> bool:
+        """Whether this lease is still held (not released)."""
         return self._release is not None
 
     def release(self) -> None:

@@ -53,6 +53,9 @@ class _Record:
 
 
 class MemoryStore:
+    """A `Store` in this process's memory (`memory:`): the same rules as the durable
+    stores, nothing kept after the process ends."""
+
     url = "memory:"
 
     def __init__(self) -> None:
@@ -168,21 +171,13 @@ class MemoryStore:
             ) from None
         if child_id in self._records:
             raise SessionForkError(ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists")
-        stored = parent.next_seq
         if isinstance(boundary, bool) or not isinstance(boundary, int):
-            raise SessionForkError(
-                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary!r} is not a seq"
-            )
-        if not 0 <= boundary < stored:
-            raise SessionForkError(
-                ErrorCode.INVALID_BOUNDARY,
-                f"boundary {boundary} is not a stored seq of {parent_id!r} (0..{stored - 1})",
-            )
+            raise SessionForkError.not_a_seq(parent_id, boundary)
+        if not 0 <= boundary < parent.next_seq:
+            raise SessionForkError.not_a_seq(parent_id, boundary)
         event = self._event_at(parent, boundary)
         if not isinstance(event.data, TurnEnd):
-            raise SessionForkError(
-                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary} is a {event.type}, not a turn/end"
-            )
+            raise SessionForkError.inside_a_turn(parent_id, boundary, event.type)
         meta = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
         self._records[child_id] = _Record(meta)
         return meta

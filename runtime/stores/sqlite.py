@@ -150,6 +150,9 @@ def _typed(session_id: object, seq: object, raw: object) -> bool:
 
 
 class SqliteStore:
+    """A `Store` in one SQLite file (WAL): a `sessions` row per session (meta, lineage,
+    acknowledged head, checksum) and checksummed `events` rows (persistence.md §5)."""
+
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         mode = synchronous.upper()
         if mode not in ("NORMAL", "FULL"):
@@ -605,11 +608,7 @@ class SqliteStore:
     async def fork(self, parent_id: str, boundary: int, child_id: str) -> SessionMeta:
         check_session_id(parent_id)
         check_session_id(child_id)
-        if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
-            raise SessionForkError(
-                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary!r} is not a seq"
-            )
-        child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
+        valid = not isinstance(boundary, bool) and isinstance(boundary, int) and boundary >= 0
 
         def run(db: sqlite3.Connection) -> SessionMeta:
             parent = self._meta_head(db, parent_id)
@@ -622,11 +621,8 @@ class SqliteStore:
                     ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
                 )
             owner, head = parent
-            if boundary >= head:
-                raise SessionForkError(
-                    ErrorCode.INVALID_BOUNDARY,
-                    f"boundary {boundary} is not a stored seq of {parent_id!r}",
-                )
+            if not valid or boundary >= head:
+                raise SessionForkError.not_a_seq(parent_id, boundary)
             seen: frozenset[str] = frozenset()
             while owner.parent_session is not None and boundary < (owner.seed_length or 0):
                 seen = seen | {owner.id}
@@ -635,14 +631,10 @@ class SqliteStore:
                 "SELECT type FROM events WHERE session_id = ? AND seq = ?", (owner.id, boundary)
             ).fetchone()
             if row is None:
-                raise SessionForkError(
-                    ErrorCode.INVALID_BOUNDARY,
-                    f"boundary {boundary} is not a stored seq of {parent_id!r}",
-                )
+                raise SessionForkError.not_a_seq(parent_id, boundary)
             if row[0] != "turn/end":
-                raise SessionForkError(
-                    ErrorCode.INVALID_BOUNDARY, f"boundary {boundary} is a {row[0]}, not a turn/end"
-                )
+                raise SessionForkError.inside_a_turn(parent_id, boundary, row[0])
+            child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
             db.execute(_INSERT_SESSION, session_row(child))
             return child
 

@@ -707,15 +707,11 @@ class PostgresStore:
     async def fork(self, parent_id: str, boundary: int, child_id: str) -> SessionMeta:
         check_session_id(parent_id)
         check_session_id(child_id)
-        if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
-            raise SessionForkError(
-                ErrorCode.INVALID_BOUNDARY, f"boundary {boundary!r} is not a seq"
-            )
-        child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
+        valid = not isinstance(boundary, bool) and isinstance(boundary, int) and boundary >= 0
         claim = self._claims.of(child_id)
         owned = claim is not None and claim.epoch is None
 
-        def run(conn: psycopg.Connection) -> int:
+        def run(conn: psycopg.Connection) -> tuple[int, SessionMeta]:
             with conn.transaction():
                 parent = self._stored(conn, parent_id)
                 if parent is None:
@@ -726,11 +722,8 @@ class PostgresStore:
                     raise SessionForkError(
                         ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
                     )
-                if boundary >= parent.head:
-                    raise SessionForkError(
-                        ErrorCode.INVALID_BOUNDARY,
-                        f"boundary {boundary} is not a stored seq of {parent_id!r}",
-                    )
+                if not valid or boundary >= parent.head:
+                    raise SessionForkError.not_a_seq(parent_id, boundary)
                 owner = parent.meta
                 seen: frozenset[str] = frozenset()
                 while owner.parent_session is not None and boundary < (owner.seed_length or 0):
@@ -741,15 +734,10 @@ class PostgresStore:
                     (owner.id, boundary),
                 ).fetchone()
                 if row is None:
-                    raise SessionForkError(
-                        ErrorCode.INVALID_BOUNDARY,
-                        f"boundary {boundary} is not a stored seq of {parent_id!r}",
-                    )
+                    raise SessionForkError.not_a_seq(parent_id, boundary)
                 if row[0] != "turn/end":
-                    raise SessionForkError(
-                        ErrorCode.INVALID_BOUNDARY,
-                        f"boundary {boundary} is a {row[0]}, not a turn/end",
-                    )
+                    raise SessionForkError.inside_a_turn(parent_id, boundary, row[0])
+                child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
                 done = conn.execute(
                     _INSERT_SESSION,
                     (
@@ -764,9 +752,9 @@ class PostgresStore:
                     raise SessionForkError(
                         ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists"
                     )
-                return int(done[0])
+                return int(done[0]), child
 
-        epoch = await self._run(run)
+        epoch, child = await self._run(run)
         if owned:
             self._taken(claim, epoch)
         return child
