@@ -19,7 +19,7 @@ import orjson
 from cattrs.strategies import configure_tagged_union
 
 from actorloop.codecs.canonical import CanonicalChecks
-from actorloop.codecs.fastdecode import DecoderBuilder, NotFast
+from actorloop.codecs.fastdecode import DecoderBuilder
 from actorloop.codecs.jsonvalue import (
     MAX_SAFE_INT,
     FrozenDict,
@@ -219,8 +219,7 @@ _fast = DecoderBuilder(
 _fast_data: dict[str, Callable[[Any], Any]] = {
     name: _fast.decoder(cls) for name, cls in DATA_BY_TYPE.items()
 }
-_fast_op = _fast.decoder(SurfaceOp)
-_new_event = _fast.constructor(SessionEvent)
+_fast_event = _fast.decoder(SessionEvent, {"data": ("type", _fast_data)})
 _canonical = CanonicalChecks(
     (tuple(BLOCK_TAGS), tuple(CHUNK_TAGS), tuple(OP_TAGS)),
     EMPTY_IS_ABSENT,
@@ -284,38 +283,6 @@ def encode_event(event: SessionEvent) -> bytes:
 
 def _format_error(where: str, problem: object) -> SessionFormatError:
     return SessionFormatError(where, str(problem))
-
-
-def _fast_event(body: dict[str, Any]) -> SessionEvent:
-    """The generated decoders' event: exact JSON types only, NotFast (or any error) where
-    the checked path must decide."""
-    decode = _fast_data[body["type"]]
-    seq = body["seq"]
-    time = body["time"]
-    if type(seq) is not int or type(time) is not int:
-        raise NotFast
-    if not (-MAX_SAFE_INT <= seq <= MAX_SAFE_INT and -MAX_SAFE_INT <= time <= MAX_SAFE_INT):
-        raise NotFast
-    data = decode(body["data"])
-    if len(body) == 4:  # the four required keys, read above
-        return _new_event(body["type"], seq, time, data, None, None, False)
-    if not body.keys() <= _ENVELOPE_KEYS:
-        raise NotFast
-    seqs = body.get("source_event_seqs")
-    if seqs is not None:
-        if type(seqs) is not list:
-            raise NotFast
-        for item in seqs:
-            if type(item) is not int or not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
-                raise NotFast
-        seqs = tuple(seqs)
-    op = body.get("surface_op")
-    if op is not None:
-        op = _fast_op(op)
-    ignorable = body.get("ignorable", False)
-    if type(ignorable) is not bool:
-        raise NotFast
-    return _new_event(body["type"], seq, time, data, seqs, op, ignorable)
 
 
 def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:

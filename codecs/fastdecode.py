@@ -20,6 +20,8 @@ import cattrs
 from actorloop.codecs.jsonvalue import MAX_SAFE_INT, FrozenDict, freeze_object
 
 Decode = Callable[[Any], Any]
+ChosenBy = Mapping[str, tuple[str, Mapping[Any, Decode]]]
+"""Fields decoded by the decoder another field's value names: field → (field, decoders)."""
 
 
 _ABSENT = object()
@@ -74,11 +76,16 @@ class DecoderBuilder:
         }
         self._counter = itertools.count()
 
-    def decoder(self, tp: Any) -> Decode:
+    def decoder(self, tp: Any, chosen_by: ChosenBy | None = None) -> Decode:
         """The generated decoder of the type `tp` (an attrs class or a tagged union: a dict
-        in, an instance out); raises NotFast (or any error) where the converter must decide."""
+        in, an instance out); raises NotFast (or any error) where the converter must decide.
+
+        `chosen_by` maps a field of the class to (an earlier field, decoders by its value):
+        that field is decoded by the decoder its selector's value names (a value with none
+        fails, for the converter to decide).
+        """
         if isinstance(tp, type) and attrs.has(tp):
-            name = self._class_function(tp, None)
+            name = self._class_function(tp, None, chosen_by or {})
         else:
             name = self._item_function(tp)
         self._compile()
@@ -99,10 +106,16 @@ class DecoderBuilder:
         self._globals[name] = value
         return name
 
-    def _class_function(self, cls: type, tag_key: str | None) -> str:
+    def _class_function(
+        self,
+        cls: type,
+        tag_key: str | None,
+        chosen_by: ChosenBy | None = None,
+    ) -> str:
         """Generate `def d_N(o)` for `cls`; with `tag_key` the dict also carries the union
         tag (checked by the union dispatch already)."""
-        key = (cls, tag_key)
+        chosen_by = chosen_by or {}
+        key = (cls, tag_key if not chosen_by else f"chosen {id(chosen_by)}")
         found = self._names.get(key)
         if found is not None:
             return found
@@ -130,7 +143,12 @@ class DecoderBuilder:
                 )
                 return name
             var = f"v{index}"
-            if field.default is attrs.NOTHING:
+            if field.name in chosen_by:
+                selector, table = chosen_by[field.name]
+                chooser = f"v{[f.name for f in fields].index(selector)}"
+                decoders = self._constant(table, "by")
+                lines.append(f"    {var} = {decoders}[{chooser}](o[{field.name!r}])")
+            elif field.default is attrs.NOTHING:
                 lines.append(f"    {var} = o[{field.name!r}]")
                 lines.extend(self._check(var, field.type, "    "))
             else:
@@ -155,20 +173,6 @@ class DecoderBuilder:
             lines.extend(self._construct(cls, setters, [f"v{i}" for i in range(len(fields))]))
         self._sources.append("\n".join(lines))
         return name
-
-    def constructor(self, cls: type) -> Callable[..., Any]:
-        """A function building `cls` from all its fields, positionally, equal to calling
-        `cls(...)` with them (its __init__ only stores them, so it is skipped)."""
-        setters = _slot_setters(cls)
-        if setters is None:
-            return cls
-        name = f"new{next(self._counter)}_{cls.__name__}"
-        names = [f"a{i}" for i in range(len(setters))]
-        body = self._construct(cls, setters, names)
-        self._sources.append("\n".join([f"def {name}({', '.join(names)}):", *body]))
-        self._compile()
-        build: Callable[..., Any] = self._globals[name]
-        return build
 
     def _construct(self, cls: type, setters: tuple[Any, ...], values: list[str]) -> list[str]:
         lines = [f"    r = NEW({self._constant(cls, 'c')})"]
@@ -201,6 +205,12 @@ class DecoderBuilder:
             if type(None) in members and len(rest) == 1:
                 inner = self._check(var, rest[0], pad + "    ")
                 return [f"{pad}if {var} is not None:", *inner]
+            if type(None) in members and frozenset(rest) in self._tagged:
+                table, tag_key = self._union_table(rest)
+                return [
+                    f"{pad}if {var} is not None:",
+                    f"{pad}    {var} = {table}[{var}[{tag_key!r}]]({var})",
+                ]
         if origin is tuple:
             args = get_args(tp)
             if len(args) == 2 and args[1] is Ellipsis:
