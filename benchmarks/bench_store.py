@@ -1,18 +1,26 @@
 """Store benchmark: durable events/s through the CodecActor into SQLite with group commit at
 1, 10 and 1,000 concurrent sessions; load time of a 100,000-event session from SQLite and
-JSONL; store fork time at 100 vs 100,000 events; and the append path's cost against a
-baseline revision, measured in one run.
+JSONL; store fork time at 100 vs 100,000 events; and, against a baseline revision measured
+in the same run, the append path's cost, flush barriers, group commit and spawn, and the
+`actorloop run` demo's step overhead.
 
 Run from the repository root:
 
     python -m benchmarks.bench_store [--quick]
     python -m benchmarks.bench_store --append-baseline main [--rounds 5]
+    python -m benchmarks.bench_store --barrier-baseline main [--rounds 5]
+    python -m benchmarks.bench_store --demo-baseline main [--rounds 5]
 
 The first writes benchmarks/results/store.json and store.md. The second measures durable
 appends (the same workload, through the CodecActor, JSONL and SQLite) for the baseline
 revision's code (extracted with `git archive`, imported first on PYTHONPATH) and for this
 tree, alternating subprocesses round by round so both see the same machine, and writes
 benchmarks/results/store_append.json and store_append.md (medians, and after / before).
+The third does the same for the CPU of one session's flush barrier (and its ratio to a
+floor measured in the same process: the same rows committed by hand through a
+`trio.to_thread` round), group commit across 1,000 sessions and sequential spawn on
+`memory:` and `sqlite:` (store_barrier.json / .md); the fourth for the step overhead
+`actorloop run` reports for the packaged demo on `sqlite:` (store_demo.json / .md).
 
 Workload: loop-shaped turns of 13 events (turn/start, user/message, a tool step with one
 chunk, assistant/message, tool/call, tool/result, a reply step, turn/end), built with the
@@ -34,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -236,20 +245,26 @@ def _baseline_tree(revision: str, into: Path) -> Path:
 
 
 def _run_append(pythonpath: Path | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = _run_json(pythonpath, "--append-only")
+    return rows
+
+
+def _run_json(pythonpath: Path | None, flag: str) -> Any:
+    """This module run with `flag` in a fresh process (the baseline's code first on the
+    path, if given); what it printed, as JSON."""
     root = RESULTS.parent.parent
     env = dict(os.environ)
     parts = [str(pythonpath)] if pythonpath is not None else []
     env["PYTHONPATH"] = os.pathsep.join([*parts, str(root)])
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_store", "--append-only"],
+        [sys.executable, "-m", "benchmarks.bench_store", flag],
         cwd=root,
         env=env,
         check=True,
         capture_output=True,
         text=True,
     )
-    rows: list[dict[str, Any]] = json.loads(done.stdout)
-    return rows
+    return json.loads(done.stdout)
 
 
 def _commit(revision: str) -> str:
@@ -325,6 +340,299 @@ def append_markdown(report: dict[str, Any]) -> str:
             f"| {row['store']} | {row['sessions']:,} | {row['events']:,} "
             f"| {row['before_events_per_s']:,.0f} | {row['after_events_per_s']:,.0f} "
             f"| {row['cost_ratio']:.3f} | {low:.2f}–{high:.2f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+BARRIER_TURNS = 120
+"""Turns of the one-session barrier figure (600 events, 120 barriers of 5 events)."""
+SPAWNS = 300
+"""Sequential `Runtime.spawn` calls of the spawn figure."""
+
+
+async def measure_barrier(directory: Path) -> dict[str, Any]:
+    """CPU per flush barrier of one session through the CodecActor into SQLite (NORMAL),
+    and the floor in the same process: the same rows committed by hand in one transaction
+    each, through a `trio.to_thread` round (what a barrier cannot do without)."""
+    events = build_log("one", BARRIER_TURNS).events
+    batches = [events[start : start + STEP_BATCH] for start in range(0, len(events), STEP_BATCH)]
+    store = SqliteStore(directory / "barrier.db")
+    lease = store.claim("one")
+    await store.create(SessionMeta("one"))
+    async with trio.open_nursery() as nursery:
+        actor = CodecActor(store)
+        await nursery.start(actor.run)
+        await actor.persist("one", batches[0])  # the first barrier opens the database
+        cpu, wall = time.process_time(), time.perf_counter()
+        for batch in batches[1:]:
+            await actor.persist("one", batch)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        await actor.aclose()
+    lease.release()
+    await store.close()
+    floor = await _floor_commits(directory / "floor.db", batches)
+    count = len(batches) - 1
+    return {
+        "barriers": count,
+        "cpu_us_per_barrier": cpu / count * 1e6,
+        "wall_us_per_barrier": wall / count * 1e6,
+        "floor_cpu_us_per_commit": floor / count * 1e6,
+        "x_floor": cpu / floor,
+    }
+
+
+async def _floor_commits(path: Path, batches: list[tuple[SessionEvent, ...]]) -> float:
+    """CPU seconds of committing batches[1:] by hand: encode, BEGIN IMMEDIATE, INSERT the
+    rows, UPDATE the head, COMMIT, each through one `trio.to_thread` round."""
+    from actorloop.codecs.converter import encode_event
+
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.execute(
+        "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT "
+        "NULL, time INTEGER NOT NULL, body BLOB NOT NULL, crc INTEGER NOT NULL, "
+        "PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
+    )
+    db.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, head INTEGER NOT NULL)")
+    db.execute("INSERT INTO sessions VALUES ('one', 0)")
+
+    def commit(batch: tuple[SessionEvent, ...]) -> None:
+        rows = []
+        for event in batch:
+            body = encode_event(event)
+            crc = zlib.crc32(body, zlib.crc32(b"one\x00%d\x00" % event.seq))
+            rows.append(("one", event.seq, event.type, event.time, body, crc))
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)", rows)
+        db.execute("UPDATE sessions SET head = ? WHERE id = 'one'", (rows[-1][1] + 1,))
+        db.execute("COMMIT")
+
+    await trio.to_thread.run_sync(commit, batches[0])
+    cpu = time.process_time()
+    for batch in batches[1:]:
+        await trio.to_thread.run_sync(commit, batch)
+    cpu = time.process_time() - cpu
+    db.close()
+    return cpu
+
+
+async def measure_spawn(directory: Path) -> list[dict[str, Any]]:
+    """CPU per sequential `Runtime.spawn` (a new session: lease, `store.create`, the loop
+    actor started), on `memory:` and on `sqlite:` in one process."""
+    from actorloop.runtime import AgentOptions, EchoProvider
+    from actorloop.runtime.runtime import Runtime
+
+    options = AgentOptions(model="echo-model", system="You are a benchmark agent.")
+    rows = []
+    for url in ("memory:", f"sqlite:{directory / 'spawn.db'}"):
+        async with Runtime.open(store=url, provider=EchoProvider()) as rt:
+            await rt.spawn(options, session_id="warm-up")  # opens the database
+            cpu, wall = time.process_time(), time.perf_counter()
+            for index in range(SPAWNS):
+                await rt.spawn(options, session_id=f"agent-{index:05d}")
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        rows.append(
+            {
+                "store": url.partition(":")[0],
+                "spawns": SPAWNS,
+                "cpu_us_per_spawn": cpu / SPAWNS * 1e6,
+                "wall_us_per_spawn": wall / SPAWNS * 1e6,
+            }
+        )
+    return rows
+
+
+async def barrier_only() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-barrier-") as temp:
+        directory = Path(temp)
+        # Spawn first: after the others, the garbage they leave makes the collector's
+        # passes over the growing agent population cost more than the spawn itself.
+        spawn = await measure_spawn(directory)
+        barrier = await measure_barrier(directory)
+        template = build_log("template", 5)
+        group = await measure_throughput(directory, 1_000, template.events, "NORMAL")
+    return {"barrier": barrier, "group_commit": group, "spawn": spawn}
+
+
+BARRIER_FIGURES = (
+    ("CPU µs per barrier, 1 session, sqlite NORMAL", "barrier", "cpu_us_per_barrier", False),
+    ("wall µs per barrier, 1 session", "barrier", "wall_us_per_barrier", False),
+    ("barrier CPU × floor (commit through a thread)", "barrier", "x_floor", False),
+    ("group commit events/s, 1,000 sessions", "group_commit", "events_per_s", True),
+    ("spawn CPU µs, memory:", "spawn", 0, False),
+    ("spawn CPU µs, sqlite:", "spawn", 1, False),
+)
+"""(label, section, key or spawn row, higher is better) of the barrier comparison."""
+
+
+def _figure(run: dict[str, Any], section: str, key: str | int) -> float:
+    if isinstance(key, int):
+        value: float = run[section][key]["cpu_us_per_spawn"]
+    else:
+        value = run[section][key]
+    return value
+
+
+def barrier_baseline(revision: str, rounds: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
+        pythonpath = _baseline_tree(revision, Path(temp))
+        for index in range(rounds):
+            print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
+            # The order alternates: whichever runs first in a round meets a different
+            # machine state (caches, the other tenants' load) than the second.
+            for side in ("before", "after")[:: 1 if index % 2 == 0 else -1]:
+                path = pythonpath if side == "before" else None
+                runs[side].append(_run_json(path, "--barrier-only"))
+    rows = []
+    for label, section, key, _higher in BARRIER_FIGURES:
+        before = [_figure(run, section, key) for run in runs["before"]]
+        after = [_figure(run, section, key) for run in runs["after"]]
+        ratios = [a / b for b, a in zip(before, after, strict=True)]
+        rows.append(
+            {
+                "figure": label,
+                "before": statistics.median(before),
+                "after": statistics.median(after),
+                "after_over_before": statistics.median(ratios),
+                "ratio_range": [min(ratios), max(ratios)],
+            }
+        )
+    return {
+        "baseline": f"{revision} ({_commit(revision)})",
+        "after": f"working tree on {_commit('HEAD')}",
+        "rounds": rounds,
+        "environment": environment(),
+        "rows": rows,
+        "runs": runs,
+    }
+
+
+def barrier_markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    lines = [
+        "# Flush barriers, group commit and spawn: before / after",
+        "",
+        f"`python -m benchmarks.bench_store --barrier-baseline REV --rounds {report['rounds']}`"
+        f" — Python {env['python']} on {env['platform']} (SQLite {env['sqlite']}), "
+        f"{env['when']}. A 2-core machine shared with other benchmarks while this ran: "
+        "read the ratios, not the absolute figures.",
+        "",
+        f"Before: {report['baseline']}. After: {report['after']}. Each round runs the "
+        "baseline's code and this tree's in fresh subprocesses, back to back (which goes "
+        "first alternates by round); figures are medians over the rounds, *after/before* "
+        "the median of the per-round ratios (with their range). `spawn CPU µs, memory:` "
+        "runs the same code in both trees: its ratio shows the noise of the comparison.",
+        "",
+        f"* *barrier*: one session persists {BARRIER_TURNS} loop-shaped turns in "
+        f"{STEP_BATCH}-event step batches through the CodecActor (`persist`: submit + "
+        "barrier) into `sqlite:` with synchronous=NORMAL; CPU is `time.process_time` (all "
+        "threads). The *floor* is the same rows committed by hand (encode, BEGIN IMMEDIATE, "
+        "INSERT, UPDATE head, COMMIT), each through one `trio.to_thread` round, in the same "
+        "process.",
+        f"* *group commit*: 1,000 sessions persist 5 turns each concurrently "
+        f"({STEP_BATCH}-event barriers), durable events/s.",
+        f"* *spawn*: {SPAWNS} sequential `Runtime.spawn` calls after a warm-up spawn "
+        "(lease, `store.create`, the loop actor), CPU per call.",
+        "",
+        "| figure | before | after | after/before | range |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        low, high = row["ratio_range"]
+        lines.append(
+            f"| {row['figure']} | {row['before']:,.2f} | {row['after']:,.2f} "
+            f"| {row['after_over_before']:.3f} | {low:.2f}–{high:.2f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+_CLI = "import sys; from actorloop.runtime.cli import main; sys.exit(main())"
+
+
+def _demo_run(pythonpath: Path | None) -> dict[str, float]:
+    """One `actorloop run` of the packaged demo on a fresh `sqlite:` file, as JSON."""
+    root = RESULTS.parent.parent
+    env = dict(os.environ)
+    parts = [str(pythonpath)] if pythonpath is not None else []
+    env["PYTHONPATH"] = os.pathsep.join([*parts, str(root)])
+    with tempfile.TemporaryDirectory(prefix="bench-demo-") as temp:
+        done = subprocess.run(
+            [sys.executable, "-c", _CLI, "run", "--store", f"sqlite:{temp}/demo.db", "--json"],
+            cwd=temp,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    report = json.loads(done.stdout)
+    return {
+        "step_overhead_p50_ms": report["step_overhead_p50_ms"],
+        "step_overhead_p99_ms": report["step_overhead_p99_ms"],
+        "wall_seconds": report["wall_seconds"],
+    }
+
+
+def demo_baseline(revision: str, rounds: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
+        pythonpath = _baseline_tree(revision, Path(temp))
+        for index in range(rounds):
+            print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
+            for side in ("before", "after")[:: 1 if index % 2 == 0 else -1]:
+                runs[side].append(_demo_run(pythonpath if side == "before" else None))
+    rows = []
+    for key in ("step_overhead_p50_ms", "step_overhead_p99_ms", "wall_seconds"):
+        before = [run[key] for run in runs["before"]]
+        after = [run[key] for run in runs["after"]]
+        ratios = [a / b for b, a in zip(before, after, strict=True)]
+        rows.append(
+            {
+                "figure": key,
+                "before": statistics.median(before),
+                "after": statistics.median(after),
+                "after_over_before": statistics.median(ratios),
+                "ratio_range": [min(ratios), max(ratios)],
+            }
+        )
+    return {
+        "baseline": f"{revision} ({_commit(revision)})",
+        "after": f"working tree on {_commit('HEAD')}",
+        "rounds": rounds,
+        "environment": environment(),
+        "rows": rows,
+        "runs": runs,
+    }
+
+
+def demo_markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    lines = [
+        "# `actorloop run` demo step overhead on `sqlite:`: before / after",
+        "",
+        f"`python -m benchmarks.bench_store --demo-baseline REV --rounds {report['rounds']}` — "
+        f"Python {env['python']} on {env['platform']} (SQLite {env['sqlite']}), {env['when']}. "
+        "A 2-core machine shared with other benchmarks while this ran: read the ratios.",
+        "",
+        f"Before: {report['baseline']}. After: {report['after']}. Each round runs "
+        "`actorloop run --store sqlite:FILE --json` (the packaged demo workload, the `sim` "
+        "provider, a fresh database file) with the baseline's code and with this tree's, "
+        "in fresh processes (which goes first alternates by round); the figures are the run "
+        "report's own `step_overhead_p50_ms` / `p99` (the loop's time per step outside "
+        "the provider: barriers, the dev invariant the demo turns on, hooks) and its wall "
+        "time, medians over the rounds.",
+        "",
+        "| figure | before | after | after/before | range |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        low, high = row["ratio_range"]
+        lines.append(
+            f"| {row['figure']} | {row['before']:.3f} | {row['after']:.3f} "
+            f"| {row['after_over_before']:.3f} | {low:.2f}–{high:.2f} |"
         )
     lines.append("")
     return "\n".join(lines)
@@ -515,10 +823,38 @@ def cli() -> None:
         "--append-baseline", metavar="REV", help="compare the append path with REV's code"
     )
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the comparison")
+    parser.add_argument(
+        "--barrier-baseline",
+        metavar="REV",
+        help="compare barriers, group commit and spawn with REV's code",
+    )
+    parser.add_argument(
+        "--demo-baseline", metavar="REV", help="compare `actorloop run` step p50 with REV's code"
+    )
     parser.add_argument("--append-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.append_only:
         print(json.dumps(trio.run(append_only)))
+        return
+    if args.barrier_only:
+        print(json.dumps(trio.run(barrier_only)))
+        return
+    if args.demo_baseline:
+        demo = demo_baseline(args.demo_baseline, args.rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "store_demo.json").write_text(json.dumps(demo, indent=2) + "\n")
+        text = demo_markdown(demo)
+        (RESULTS / "store_demo.md").write_text(text)
+        print(text)
+        return
+    if args.barrier_baseline:
+        report = barrier_baseline(args.barrier_baseline, args.rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "store_barrier.json").write_text(json.dumps(report, indent=2) + "\n")
+        text = barrier_markdown(report)
+        (RESULTS / "store_barrier.md").write_text(text)
+        print(text)
         return
     if args.append_baseline:
         compared = append_baseline(args.append_baseline, args.rounds)

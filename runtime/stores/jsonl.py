@@ -22,8 +22,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-import trio
-
 from actorloop.codecs.jsonl import (
     FIRST_EVENT_LINE,
     AckHead,
@@ -69,6 +67,7 @@ from actorloop.runtime.stores.base import (
 )
 from actorloop.runtime.stores.ids import check_session_id
 from actorloop.runtime.stores.leases import FlockFiles, Lease, LeaseTable, busy_error
+from actorloop.runtime.stores.writer import WriterThread
 
 log = logging.getLogger("actorloop.stores.jsonl")
 
@@ -121,6 +120,7 @@ class JsonlStore:
         self._tails: dict[str, _Tail] = {}
         self._broken: dict[str, str] = {}
         self._closed = False
+        self._writer = WriterThread(self, f"jsonl store {self.root}")
 
     # plumbing -------------------------------------------------------------------------
 
@@ -158,7 +158,7 @@ class JsonlStore:
                 raise StoreError(f"jsonl store {self.root}: {exc}") from exc
 
     async def _in_thread(self, work: Callable[[], T]) -> T:
-        return await trio.to_thread.run_sync(self._locked, work)
+        return await self._writer.run(lambda: self._locked(work))
 
     @contextmanager
     def _mapped(self, session_id: str) -> Iterator[LogBuffer]:
@@ -369,7 +369,7 @@ class JsonlStore:
             self._locked(lambda: self._write_locked(data, failures, sync=sync))
 
         if merged:
-            await trio.to_thread.run_sync(run)
+            await self._writer.run(run)
         raise_failures(failures)
 
     def _write_locked(
@@ -623,6 +623,10 @@ class JsonlStore:
                     self._closed = True
 
         try:
-            await trio.to_thread.run_sync(run)
+            if not self._writer.closed:
+                try:
+                    await self._writer.run(run)
+                finally:
+                    await self._writer.close()
         finally:
             self._leases.release_all()

@@ -284,6 +284,11 @@ class LeaseTable:
         entry = self._held.get(session_id)
         return lease is not None and entry is not None and entry[0] is lease
 
+    def lease_of(self, session_id: str) -> Lease | None:
+        """The lease this store instance holds on `session_id`, if any."""
+        entry = self._held.get(session_id)
+        return None if entry is None else entry[0]
+
     def held_here(self, session_id: str) -> bool:
         """Whether this store instance holds a lease on `session_id`."""
         return session_id in self._held

@@ -1,11 +1,22 @@
-"""`SqliteStore` (`sqlite:PATH`): the embedded default store. WAL journal, one connection
-driven from worker threads, tail-checked appends and one transaction per group commit.
+"""`SqliteStore` (`sqlite:PATH`): the embedded default store. WAL journal, one connection,
+tail-checked appends and one transaction per group commit.
+
+The connection is driven from one long-lived writer thread (`WriterThread`), except that in
+NORMAL mode a small write (a create, a group commit of a few steps) runs inline on the trio
+thread when the connection is idle and SQLite's write lock is free: there a commit only
+appends to the WAL, it neither waits for a lock nor fsyncs. Checkpoints then run only on the
+writer thread, posted after an estimated number of WAL pages.
 
 Every event row carries a CRC-32 of its stored bytes and every session row the acknowledged
 head of its log, updated in the transaction that appends; a load checks both, so a missing,
 reordered or altered row is `SessionCorruptError` naming the seq, never a shorter log.
 Writer leases are byte-range locks on the database file itself (`leases.RangeLocks`), and
 the file may be open through one path only (SQLite keeps a WAL per path).
+
+The tail of a session this instance has written under its lease is kept in memory, so a
+commit reads nothing back: its head update is conditional on the head it remembers, and a
+session whose head moved anyway (or whose rows collide) is committed again through the
+checked path, which reads every head and tail from the database.
 
 `synchronous=NORMAL` (default) makes every committed append survive a process crash;
 `FULL` also fsyncs the WAL on each commit, so it survives power loss.
@@ -16,9 +27,10 @@ Schema versions (`PRAGMA user_version`): 2 is written by this build; a version-1
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,12 +86,21 @@ from actorloop.runtime.stores.leases import (
     Locker,
     RangeLocks,
 )
+from actorloop.runtime.stores.writer import WriterThread
 
 T = TypeVar("T")
 
 
 class _RowRefused(Exception):
     """A group commit's statement failed for some session's rows: roll back, isolate."""
+
+
+class _StaleTail(Exception):
+    """A remembered head no longer matches the database: roll back, commit checked."""
+
+
+class _Busy(Exception):
+    """An inline commit found the write lock held: nothing was written, use the thread."""
 
 
 SCHEMA_VERSION = 2
@@ -109,8 +130,20 @@ _SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
 _EVENT_COLUMNS = "session_id, seq, type, time, body, crc"
 _INSERT_EVENTS = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _SET_HEAD = "UPDATE sessions SET head = ? WHERE id = ?"
+_MOVE_HEAD = "UPDATE sessions SET head = ? WHERE id = ? AND head = ?"
 _INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _IDS_PER_QUERY = 500
+_BUSY_WAIT_MS = 10000
+
+INLINE_EVENTS = 64
+"""Most events a group commit may hold to run inline on the trio thread (NORMAL only)."""
+INLINE_BYTES = 256 * 1024
+"""Most encoded bytes a group commit may hold to run inline (a few WAL pages' writes)."""
+CHECKPOINT_PAGES = 1000
+"""WAL pages (estimated) after which a passive checkpoint is posted to the writer thread:
+SQLite's own automatic threshold, which NORMAL mode turns off (see `_note_wal`)."""
+
+log = logging.getLogger("actorloop.store")
 
 
 def _migrate_from_1(db: sqlite3.Connection) -> None:
@@ -170,11 +203,19 @@ class SqliteStore:
             locks = self._real.with_name(self._real.name + ".locks")
             locker = FlockFiles(lambda session_id: locks / f"{session_id}.lock")
         self._leases = LeaseTable(locker)
-        self._lock = threading.Lock()
+        # Reentrant: a group commit holds it across its transactions and its tail memory.
+        self._lock = threading.RLock()
+        self._inline_now = False
+        self._inline_commits = 0
+        self._wal_pages = 0
         self._identity_lock = threading.Lock()
         self._file: FileIdentity | None = None
         self._db: sqlite3.Connection | None = None
         self._closed = False
+        self._writer = WriterThread(self, f"sqlite store {self.path}")
+        self._tails: dict[str, tuple[Lease, int]] = {}
+        """Per session written under a lease of this instance: that lease and the head its
+        last commit left. Touched only under `_lock`."""
 
     # connection and transactions ------------------------------------------------------
 
@@ -202,13 +243,17 @@ class SqliteStore:
         # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
         db = sqlite3.connect(self._real, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("PRAGMA busy_timeout = 10000")
+            db.execute(f"PRAGMA busy_timeout = {_BUSY_WAIT_MS}")
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite {self.path}: cannot enable WAL (journal_mode={mode})")
             db.execute(f"PRAGMA synchronous = {self.synchronous}")
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 self._prepare_schema(db)
+            if self.synchronous == "NORMAL":
+                # Checkpoints are posted to the writer thread (`_note_wal`), never run by
+                # a commit: an inline commit must not fsync on the trio thread.
+                db.execute("PRAGMA wal_autocheckpoint = 0")
         except BaseException:
             db.close()
             raise
@@ -262,7 +307,12 @@ class SqliteStore:
         def run(db: sqlite3.Connection) -> T:
             # IMMEDIATE takes the write lock up front, so a tail check and the insert that
             # follows it cannot be split by another writer.
-            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            except sqlite3.OperationalError as exc:
+                if self._inline_now and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                    raise _Busy from exc
+                raise
             try:
                 result = work(db)
                 db.execute("COMMIT")
@@ -277,7 +327,7 @@ class SqliteStore:
         return self._locked(run)
 
     async def _in_thread(self, work: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        return await trio.to_thread.run_sync(lambda: self._transaction(work, write=write))
+        return await self._writer.run(lambda: self._transaction(work, write=write))
 
     # reads ----------------------------------------------------------------------------
 
@@ -405,12 +455,24 @@ class SqliteStore:
         row = session_row(meta)
 
         def insert(db: sqlite3.Connection) -> None:
-            if self._row(db, meta.id) is not None:
-                raise SessionExists(meta.id)
-            db.execute(_INSERT_SESSION, row)
+            # The key constraint is the existence check (a failed statement leaves the
+            # transaction open): one statement per create, not two.
+            try:
+                db.execute(_INSERT_SESSION, row)
+            except sqlite3.IntegrityError:
+                if self._row(db, meta.id) is None:
+                    raise
+                raise SessionExists(meta.id) from None
 
         meta_from_row(row, self._where(meta.id))  # refuse writing an unsupported version
-        await self._in_thread(insert, write=True)
+
+        def run() -> None:
+            with self._lock:
+                self._transaction(insert, write=True)
+                self._note_wal(2)
+
+        if not self._inline(run):
+            await self._writer.run(run)
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         try:
@@ -429,8 +491,7 @@ class SqliteStore:
                 continue
             merged.setdefault(session_id, []).extend(events)
 
-        def run() -> None:
-            # Encoded outside the connection lock: encoding needs no database.
+        def encode() -> dict[str, list[EventRow]]:
             rows: dict[str, list[EventRow]] = {}
             for session_id, events in merged.items():
                 if not events:
@@ -439,67 +500,192 @@ class SqliteStore:
                     rows[session_id] = event_rows(session_id, events)
                 except Exception as exc:
                     failures[session_id] = exc
-            with write_rights(self._leases, rows) as refused:
-                failures.update(refused)
+            return rows
+
+        def write(rows: dict[str, list[EventRow]], written: Failures) -> None:
+            # Only a lease held before the commit lets its tail be remembered (not the
+            # temporary one `write_rights` takes for a session leased nowhere).
+            owned = {session_id: self._leases.lease_of(session_id) for session_id in rows}
+            with self._lock, write_rights(self._leases, rows) as refused:
+                written.update(refused)
                 writable = {sid: r for sid, r in rows.items() if sid not in refused}
                 if writable:
-                    checked: Failures = {}
-                    try:
-                        self._transaction(
-                            lambda db: self._write(db, writable, checked, isolate=False),
-                            write=True,
-                        )
-                    except _RowRefused:
-                        # A statement SQLite refused for one session's rows (e.g. a value
-                        # over its length limit) rolled the commit back: redo it session by
-                        # session, so only that session is refused. Savepoints cost too
-                        # much to pay on every commit.
-                        checked = {}
-                        self._transaction(
-                            lambda db: self._write(db, writable, checked, isolate=True),
-                            write=True,
-                        )
-                    failures.update(checked)
+                    written.update(self._commit(writable, owned))
 
-        if any(merged.values()):
-            await trio.to_thread.run_sync(run)
+        count = sum(len(events) for events in merged.values())
+        if count > INLINE_EVENTS:
+            # Encoded on the writer thread too: a large commit keeps the trio thread free.
+            await self._writer.run(lambda: write(encode(), failures))
+        elif count:
+            rows = encode()
+            size = sum(len(row[4]) for part in rows.values() for row in part)
+            inline: Failures = {}
+            if size <= INLINE_BYTES and self._inline(lambda: write(rows, inline)):
+                failures.update(inline)
+            else:  # the inline attempt, if any, wrote nothing
+                await self._writer.run(lambda: write(rows, failures))
         raise_failures(failures)
+
+    def _inline(self, run: Callable[[], None]) -> bool:
+        """Run a small write (a create, a group commit of at most INLINE_EVENTS events and
+        INLINE_BYTES bytes) here on the trio thread when that cannot block: NORMAL mode (a
+        commit appends to the WAL, no fsync), the connection open and idle (no writer
+        thread job holds `_lock`), the write lock free (no busy wait: `_Busy`) and no
+        checkpoint (those run on the writer thread). False when it did not run: nothing
+        was written and the caller uses the thread. Same code and SQL either way."""
+        if self.synchronous != "NORMAL" or self._db is None or self._closed:
+            return False
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            db = self._db
+            if db is None or self._closed:
+                return False
+            self._inline_now = True
+            db.execute("PRAGMA busy_timeout = 0")
+            try:
+                run()
+            except _Busy:
+                return False
+            finally:
+                self._inline_now = False
+                db.execute(f"PRAGMA busy_timeout = {_BUSY_WAIT_MS}")
+            self._inline_commits += 1
+            return True
+        finally:
+            self._lock.release()
+
+    def _note_wal(self, pages: int) -> None:
+        """Count the WAL pages a commit wrote (an estimate on the high side: twice its rows'
+        bytes in pages, two pages per session, two for the head table and the b-tree
+        above); past SQLite's own threshold, post a checkpoint."""
+        if self.synchronous != "NORMAL":
+            return  # FULL keeps SQLite's automatic checkpoints: it commits on the thread
+        self._wal_pages += pages
+        if self._wal_pages >= CHECKPOINT_PAGES:
+            self._wal_pages = 0
+            self._writer.post(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        """A passive WAL checkpoint on the writer thread (inline commits skip SQLite's)."""
+        try:
+            self._locked(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+        except StoreError as exc:
+            # Not a durability matter: the commits are in the WAL; the next one retries.
+            log.warning("sqlite %s: checkpoint failed: %s", self.path, exc)
+
+    def _commit(self, rows: dict[str, list[EventRow]], leases: dict[str, Lease | None]) -> Failures:
+        """One group commit, under `_lock`: trusting remembered tails first, then
+        (when one turned out stale) checked against the database, then (when SQLite refused
+        some session's rows) checked and isolated session by session. `leases`: the lease
+        each session was held under before the commit (None: not leased here)."""
+
+        def attempt(*, trust: bool, isolate: bool) -> tuple[Failures, dict[str, int]]:
+            checked: Failures = {}
+            heads: dict[str, int] = {}
+            self._transaction(
+                lambda db: self._write(db, rows, checked, heads, trust=trust, isolate=isolate),
+                write=True,
+            )
+            return checked, heads
+
+        try:
+            try:
+                try:
+                    checked, heads = attempt(trust=True, isolate=False)
+                except _StaleTail:
+                    self._forget(rows)
+                    checked, heads = attempt(trust=False, isolate=False)
+            except _RowRefused:
+                # A statement SQLite refused for one session's rows (e.g. a value over its
+                # length limit, or a key a remembered tail did not expect) rolled the commit
+                # back: redo it session by session, so only that session is refused.
+                # Savepoints cost too much to pay on every commit.
+                self._forget(rows)
+                checked, heads = attempt(trust=False, isolate=True)
+        except BaseException:
+            self._forget(rows)
+            raise
+        # Remembered only once committed, and only under the lease held for the commit.
+        for session_id, head in heads.items():
+            lease = leases[session_id]
+            if lease is not None and self._leases.holds(lease, session_id):
+                self._tails[session_id] = (lease, head)
+            else:
+                self._tails.pop(session_id, None)
+        written = sum(len(row[4]) for session_id in heads for row in rows[session_id])
+        self._note_wal(written // 2048 + 2 * len(heads) + 2)
+        return checked
+
+    def _forget(self, session_ids: Iterable[str]) -> None:
+        for session_id in session_ids:
+            self._tails.pop(session_id, None)
+
+    def _trusted_heads(self, session_ids: Iterable[str]) -> dict[str, int]:
+        """Remembered heads of the sessions still under the lease they were written with."""
+        trusted: dict[str, int] = {}
+        for session_id in session_ids:
+            remembered = self._tails.get(session_id)
+            if remembered is not None and self._leases.holds(remembered[0], session_id):
+                trusted[session_id] = remembered[1]
+        return trusted
 
     def _write(
         self,
         db: sqlite3.Connection,
         rows: dict[str, list[EventRow]],
         failures: Failures,
+        written: dict[str, int],
         *,
+        trust: bool,
         isolate: bool,
     ) -> None:
-        """Insert each session's rows and move its head. Sessions failing a check are put in
-        `failures`; with `isolate`, each session's statements run in a savepoint so one that
-        SQLite refuses is rolled back alone (without, such a refusal raises _RowRefused)."""
-        heads = self._heads(db, tuple(rows))
-        ready: dict[str, list[EventRow]] = {}
+        """Insert each session's rows and move its head (into `written`). Sessions failing a
+        check are put in `failures`; with `isolate`, each session's statements run in a
+        savepoint so one that SQLite refuses is rolled back alone (without, such a refusal
+        raises _RowRefused). With `trust`, a remembered head stands in for reading it; a
+        head update that then finds another head raises _StaleTail."""
+        trusted = self._trusted_heads(rows) if trust else {}
+        heads = (
+            self._heads(db, [sid for sid in rows if sid not in trusted])
+            if len(trusted) < len(rows)
+            else {}
+        )
+        ready: dict[str, tuple[int, list[EventRow]]] = {}
         for session_id, session_rows in rows.items():
             try:
-                if session_id not in heads:
+                if session_id in trusted:
+                    head = trusted[session_id]
+                elif session_id not in heads:
                     raise SessionNotFound(session_id)
-                head, rows_end = heads[session_id]
-                if head != rows_end:
-                    raise SessionCorruptError(
-                        self._where(session_id),
-                        f"acknowledged head {head!r} disagrees with the stored rows (they end "
-                        f"before seq {rows_end}); load the session to see the damage",
-                    )
+                else:
+                    head, rows_end = heads[session_id]
+                    if head != rows_end:
+                        raise SessionCorruptError(
+                            self._where(session_id),
+                            f"acknowledged head {head!r} disagrees with the stored rows (they "
+                            f"end before seq {rows_end}); load the session to see the damage",
+                        )
                 check_seqs(session_id, [row[1] for row in session_rows], head)
             except SessionError as exc:
+                if session_id in trusted:
+                    raise _StaleTail from exc  # the checked path says what is wrong
                 failures[session_id] = exc
                 continue
-            ready[session_id] = session_rows
+            ready[session_id] = (head, session_rows)
 
-        def insert(chunk: dict[str, list[EventRow]]) -> None:
-            db.executemany(_INSERT_EVENTS, [row for part in chunk.values() for row in part])
-            db.executemany(
-                _SET_HEAD, [(part[-1][1] + 1, session_id) for session_id, part in chunk.items()]
+        def insert(chunk: dict[str, tuple[int, list[EventRow]]]) -> None:
+            # In key order: each insert then lands next to the one before it in the b-tree
+            # (str order is the UTF-8 byte order SQLite's BINARY collation compares).
+            db.executemany(_INSERT_EVENTS, [row for sid in sorted(chunk) for row in chunk[sid][1]])
+            moved = db.executemany(
+                _MOVE_HEAD,
+                [(part[-1][1] + 1, session_id, head) for session_id, (head, part) in chunk.items()],
             )
+            if moved.rowcount != len(chunk):
+                raise _StaleTail  # only a remembered head can miss: the others were just read
+            for session_id, (_, part) in chunk.items():
+                written[session_id] = part[-1][1] + 1
 
         if not isolate:
             try:
@@ -509,10 +695,10 @@ class SqliteStore:
                     raise  # SQLite rolled the whole transaction back: a store-wide failure
                 raise _RowRefused from exc
             return
-        for session_id, part in ready.items():
+        for session_id, entry in ready.items():
             db.execute("SAVEPOINT one_session")
             try:
-                insert({session_id: part})
+                insert({session_id: entry})
             except sqlite3.Error as exc:
                 if not db.in_transaction:
                     raise
@@ -550,6 +736,7 @@ class SqliteStore:
             if fixes:
                 if not may_write:
                     raise refuse_live_repair(session_id, "its last turn has no turn/end")
+                self._tails.pop(session_id, None)
                 db.executemany(_INSERT_EVENTS, event_rows(session_id, fixes))
                 db.execute(_SET_HEAD, (fixes[-1].seq + 1, session_id))
             return meta, (*events, *fixes)
@@ -560,7 +747,7 @@ class SqliteStore:
 
         if not repair:
             return await self._in_thread(read_only, write=False)
-        return await trio.to_thread.run_sync(run)
+        return await self._writer.run(run)
 
     async def exists(self, session_id: str) -> bool:
         check_session_id(session_id)
@@ -647,11 +834,16 @@ class SqliteStore:
         def run() -> None:
             with self._lock:
                 self._closed = True
+                self._tails.clear()
                 if self._db is not None:
                     self._db.close()
                     self._db = None
 
-        await trio.to_thread.run_sync(run)
+        if not self._writer.closed:
+            try:
+                await self._writer.run(run)
+            finally:
+                await self._writer.close()
         # After the connection: the leases and the path binding live on the descriptor
         # `FileIdentity` keeps, closed only once no store of this process uses the file.
         self._leases.release_all()
