@@ -26,6 +26,7 @@ RESULTS = HERE / "results"
 # Run order: cheap single-session figures first, the peer comparisons last.
 MODULES = (
     "bench_session",
+    "bench_decode",
     "bench_store",
     "bench_loop",
     "bench_floor",

@@ -18,6 +18,8 @@ import cattrs
 import orjson
 from cattrs.strategies import configure_tagged_union
 
+from actorloop.codecs.canonical import CanonicalChecks
+from actorloop.codecs.fastdecode import DecoderBuilder
 from actorloop.codecs.jsonvalue import (
     MAX_SAFE_INT,
     FrozenDict,
@@ -73,6 +75,11 @@ ORDERED_FIELDS: tuple[tuple[type, tuple[str, ...]], ...] = (
 )
 """Fields holding user-written JSON that reaches the model verbatim: encoded in the order
 written (in dependency order: a class comes before the classes that contain it)."""
+EMPTY_IS_ABSENT: dict[type, tuple[str, ...]] = {
+    EpochHeader: ("system", "tools", "message_prefix"),
+}
+"""Fields whose empty value is written as absent (docs/spec/session-log.md §6.3), so it
+comes back as None."""
 
 
 def ordered_fragment(value: object) -> orjson.Fragment:
@@ -175,9 +182,10 @@ def _build_converter(*, ordered: bool = False) -> cattrs.Converter:
     # Canonical form (docs/spec/session-log.md §6.3): an empty system, tools or message_prefix
     # is absent (key omitted).
     header_hook = conv.get_unstructure_hook(EpochHeader)
+    absent_when_empty = EMPTY_IS_ABSENT[EpochHeader]
 
     def unstructure_header(header: EpochHeader) -> Any:
-        fields = (header.system, header.tools, header.message_prefix)
+        fields = [getattr(header, name) for name in absent_when_empty]
         if any(value is not None and not value for value in fields):
             header = EpochHeader(
                 header.config,
@@ -201,6 +209,21 @@ _data_structurers: dict[str, Callable[[Any, type], Any]] = {
     name: converter.get_structure_hook(cls) for name, cls in DATA_BY_TYPE.items()
 }
 _unstructure_op = _encoder.get_unstructure_hook(SurfaceOp)
+_fast = DecoderBuilder(
+    converter,
+    {
+        frozenset(tags): (tag_key, tags)
+        for tags, tag_key in ((BLOCK_TAGS, "type"), (CHUNK_TAGS, "type"), (OP_TAGS, "op"))
+    },
+)
+_fast_data: dict[str, Callable[[Any], Any]] = {
+    name: _fast.decoder(cls) for name, cls in DATA_BY_TYPE.items()
+}
+_fast_event = _fast.decoder(SessionEvent, {"data": ("type", _fast_data)})
+_canonical = CanonicalChecks(
+    (tuple(BLOCK_TAGS), tuple(CHUNK_TAGS), tuple(OP_TAGS)),
+    EMPTY_IS_ABSENT,
+)
 _structure_op = converter.get_structure_hook(SurfaceOp)
 
 _DECODE_FAILURES = (
@@ -215,6 +238,12 @@ _DECODE_FAILURES = (
 _ENVELOPE_KEYS = frozenset(
     {"type", "seq", "time", "data", "source_event_seqs", "surface_op", "ignorable"}
 )
+
+
+def is_canonical(value: object) -> bool:
+    """True if the attrs domain value `value` is deeply immutable, exactly typed and in
+    canonical form: detaching it through the codec would give back an equal value."""
+    return _canonical.check(value)
 
 
 def unstructure(value: object) -> Any:
@@ -257,7 +286,20 @@ def _format_error(where: str, problem: object) -> SessionFormatError:
 
 
 def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
-    """Strictly structure one decoded event object; errors name the seq (or `where`)."""
+    """Strictly structure one decoded event object; errors name the seq (or `where`).
+
+    Well-formed JSON takes the generated decoders; anything they do not vouch for is decided
+    (and reported) by the strict converter.
+    """
+    if type(body) is dict:
+        try:
+            return _fast_event(body)
+        except Exception:  # NotFast, or any failure: the checked path below decides
+            pass
+    return _checked_event_from_dict(body, where)
+
+
+def _checked_event_from_dict(body: Any, where: str | None) -> SessionEvent:
     if not isinstance(body, dict):
         raise _format_error(where or "event", f"expected an object, got {type(body).__name__}")
     seq = body.get("seq")
@@ -300,6 +342,13 @@ def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
 
 
 def decode_event(raw: bytes | str, where: str | None = None) -> SessionEvent:
+    """Decode one event's JSON strictly; errors are SessionFormatError naming `where`."""
+    try:
+        body = orjson.loads(raw)
+        if type(body) is dict:
+            return _fast_event(body)
+    except Exception:  # NotFast, invalid or too deep JSON: the checked path decides
+        pass
     try:
         body = loads_json(raw)
     except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:

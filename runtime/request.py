@@ -47,7 +47,49 @@ class Request:
 
 def header_part_bytes(header: EpochHeader) -> bytes:
     """Canonical bytes of the non-message part of a request (config, system, tools)."""
-    return canonical_bytes(EpochHeader(header.config, header.system, header.tools, None))
+    return _header_parts.bytes_of(header.config, header.system, header.tools)
+
+
+class _HeaderPartCache:
+    """The header part's bytes of recently seen (config, system, tools), by identity.
+
+    A loop builds every step's header from the same config and tools objects, so the digest
+    would encode the same bytes each step. Only values that cannot change are kept: a
+    config is deeply frozen by construction (its converters freeze every container), and so
+    is each exact `ToolSchema`; the tools must be an exact tuple of them.
+    """
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, int, str | None], tuple[LlmCallConfig, object, bytes]] = {}
+
+    def bytes_of(
+        self, config: LlmCallConfig, system: str | None, tools: tuple[ToolSchema, ...] | None
+    ) -> bytes:
+        cacheable = (
+            type(config) is LlmCallConfig
+            and (system is None or type(system) is str)
+            and (tools is None or (type(tools) is tuple and _exact_tools(tools)))
+        )
+        key = (id(config), id(tools), system)
+        if cacheable:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is config and entry[1] is tools:
+                return entry[2]
+        encoded = canonical_bytes(EpochHeader(config, system, tools, None))
+        if cacheable:
+            if len(self._entries) >= self.LIMIT:
+                self._entries.clear()
+            self._entries[key] = (config, tools, encoded)
+        return encoded
+
+
+def _exact_tools(tools: tuple[object, ...]) -> bool:
+    return all(type(tool) is ToolSchema for tool in tools)
+
+
+_header_parts = _HeaderPartCache()
 
 
 def request_digest(header: EpochHeader, prefix_chain: bytes, history_chain: bytes) -> str:

@@ -36,7 +36,7 @@ from actorloop.runtime.meta import DamagedSession
 from actorloop.runtime.options import AgentOptions
 from actorloop.runtime.providers.base import Provider
 from actorloop.runtime.session import Session, SessionMeta, new_session_id
-from actorloop.runtime.stored import fork_point, load_session
+from actorloop.runtime.stored import fork_point, gc_paused, load_session
 from actorloop.runtime.stores.base import Store, open_store
 from actorloop.runtime.stores.ids import check_session_id
 from actorloop.runtime.telemetry import TelemetrySetting, Tracing, open_tracing
@@ -251,9 +251,10 @@ class Runtime:
         self._refuse_live(session_id)
         lease = self._claim(session_id)
         try:
-            meta, events = await self.store.load(session_id, lease=lease)
-            session = Session.from_loaded(session_id, events, meta)
-            options = options or _stored_options(session)
+            with gc_paused():
+                meta, events = await self.store.load(session_id, lease=lease)
+                session = Session.from_loaded(session_id, events, meta)
+                options = options or _stored_options(session)
             provider = self.provider_for(options)
         except BaseException:
             lease.release()

@@ -6,12 +6,16 @@ Appends are synchronous and transactional; forks share the parent's events struc
 from __future__ import annotations
 
 import logging
+import operator
+import threading
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import NoneType
 from typing import Any
 
-from actorloop.codecs.converter import structure_as, unstructure
+from actorloop.codecs.converter import is_canonical, structure_as, unstructure
 from actorloop.codecs.jsonvalue import (
     MAX_SAFE_INT,
     freeze_json,
@@ -27,7 +31,6 @@ from actorloop.runtime.errors import (
 from actorloop.runtime.events import (
     DATA_BY_TYPE,
     SURFACE_TYPES,
-    TYPE_BY_DATA,
     Append,
     AssistantMessage,
     EventData,
@@ -47,6 +50,10 @@ from actorloop.runtime.surface import SurfaceFold
 log = logging.getLogger("actorloop.session")
 
 SessionObserver = Callable[[SessionEvent], None]
+
+_HEADER_DATA = frozenset(
+    cls for name, cls in DATA_BY_TYPE.items() if name in ("request/header", "request/header-delta")
+)
 
 
 class EventLog:
@@ -105,47 +112,52 @@ class EventLog:
 
 
 def _check_envelope(event: SessionEvent, expected_seq: int) -> None:
-    def fail(rule: str) -> SessionValidationError:
-        return SessionValidationError(expected_seq, f"{event.type}: {rule}")
+    problem = _envelope_problem(event, expected_seq)
+    if problem is not None:
+        raise SessionValidationError(expected_seq, f"{event.type}: {problem}")
 
+
+def _envelope_problem(event: SessionEvent, expected_seq: int) -> str | None:
+    """The first envelope rule `event` breaks as the event at `expected_seq`, or None."""
     if type(event.seq) is not int or event.seq != expected_seq:
-        raise fail(f"seq {event.seq!r} is not the next index {expected_seq}")
+        return f"seq {event.seq!r} is not the next index {expected_seq}"
     if type(event.time) is not int or not 0 <= event.time <= MAX_SAFE_INT:
-        raise fail(f"time must be an int >= 0 (epoch ms), got {event.time!r}")
+        return f"time must be an int >= 0 (epoch ms), got {event.time!r}"
     if event.ignorable or isinstance(event.data, IgnorableData):
         if not (event.ignorable and isinstance(event.data, IgnorableData)):
-            raise fail("only unknown event types marked ignorable carry opaque data")
+            return "only unknown event types marked ignorable carry opaque data"
         if event.surface_op is not None or event.source_event_seqs is not None:
-            raise fail("an ignorable event takes no part in the surface")
-        return
+            return "an ignorable event takes no part in the surface"
+        return None
     expected = DATA_BY_TYPE.get(event.type)
     if expected is None:
-        raise fail("unknown event type (not marked ignorable)")
+        return "unknown event type (not marked ignorable)"
     if type(event.data) is not expected:
-        raise fail(f"data must be {expected.__name__}, got {type(event.data).__name__}")
+        return f"data must be {expected.__name__}, got {type(event.data).__name__}"
     surface = event.type in SURFACE_TYPES
-    if surface and event.surface_op is None:
-        raise fail("surface_op is required on surface events")
-    if not surface and event.surface_op is not None:
-        raise fail("surface_op is forbidden on non-surface events")
     op = event.surface_op
+    if surface and op is None:
+        return "surface_op is required on surface events"
+    if not surface and op is not None:
+        return "surface_op is forbidden on non-surface events"
     if isinstance(op, Replace):
         if type(op.start) is not int or type(op.end) is not int:
-            raise fail(f"replace start/end must be int seqs, got {op.start!r}, {op.end!r}")
+            return f"replace start/end must be int seqs, got {op.start!r}, {op.end!r}"
     elif surface and not isinstance(op, Append):
-        raise fail(f"surface_op must be Append or Replace, got {type_name(op)}")
+        return f"surface_op must be Append or Replace, got {type_name(op)}"
     seqs = event.source_event_seqs
     if seqs is None:
-        return
+        return None
     if not surface:
-        raise fail("source_event_seqs are allowed only on surface events")
+        return "source_event_seqs are allowed only on surface events"
     if not seqs and not isinstance(event.data, AssistantMessage):
-        raise fail("source_event_seqs must be non-empty")
+        return "source_event_seqs must be non-empty"
     if len(set(seqs)) != len(seqs):
-        raise fail("source_event_seqs must be unique")
+        return "source_event_seqs must be unique"
     for seq in seqs:
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < expected_seq:
-            raise fail(f"source_event_seqs entry {seq!r} does not refer to an earlier event")
+            return f"source_event_seqs entry {seq!r} does not refer to an earlier event"
+    return None
 
 
 class _State:
@@ -195,6 +207,7 @@ class Session:
         session = cls(_make_meta(session_id, meta))
         for event in events:
             session._commit(event, detach=False)
+        _replays.offer(session)
         return session
 
     @classmethod
@@ -203,10 +216,13 @@ class Session:
     ) -> Session:
         """A session over events a store's `load` has just validated and repaired.
 
-        The store checked every rule already; checking again would double the cost of a
-        resume, so the folded state is replayed lazily on first use, as for a fork.
+        The store checked every rule already, by replaying the log (`from_events`): when
+        that replay's fold is there to be taken over (see `_Replays`), it is adopted instead
+        of folding again; otherwise the state is folded lazily on first use, as for a fork.
         """
-        return cls(_make_meta(session_id, meta), EventLog(events=events))
+        session = cls(_make_meta(session_id, meta), EventLog(events=events))
+        session._state = _replays.take(session_id, events)
+        return session
 
     # reading --------------------------------------------------------------------------
 
@@ -334,7 +350,7 @@ class Session:
             event = _detached(event, seq, data_detached=data_detached)
         state.structure.check(event)
         state.surface.check(event, self._log.__getitem__)
-        if TYPE_BY_DATA.get(type(event.data)) in ("request/header", "request/header-delta"):
+        if type(event.data) in _HEADER_DATA:
             try:
                 state.header.preview(event)
             except HeaderFoldError as exc:
@@ -352,6 +368,8 @@ class Session:
     def _notify(self, event: SessionEvent) -> None:
         """Deliver to observers in seq order: an append made by an observer is queued and
         delivered once the current event has reached every observer."""
+        if not self._observers and not self._delivering:
+            return  # nobody to deliver to, and no delivery under way to queue behind
         self._undelivered.append(event)
         if self._delivering:
             return
@@ -416,6 +434,43 @@ class Session:
         return self._state
 
 
+class _Replays:
+    """The fold of the latest log replayed by `from_events`, for `from_loaded` to adopt.
+
+    A store's load validates the stored log by replaying it into a session it then drops
+    (with any repair closers appended), and returns the events; the session built from them
+    needs that same fold. The fold is adopted only when nothing else can touch it any more
+    (the replaying session is gone) and it is the fold of exactly these events (the same
+    event objects, or equal ones: the closers were appended as detached copies). One slot,
+    taken once: a replay nobody adopts is dropped by the next one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slot: tuple[str, weakref.ref[Session], EventLog, _State] | None = None
+
+    def offer(self, session: Session) -> None:
+        assert session._state is not None
+        with self._lock:
+            self._slot = (session.id, weakref.ref(session), session._log, session._state)
+
+    def take(self, session_id: str, events: Sequence[SessionEvent]) -> _State | None:
+        with self._lock:
+            slot, self._slot = self._slot, None
+        if slot is None:
+            return None
+        replayed_id, replaying, log, state = slot
+        if replayed_id != session_id or replaying() is not None or len(log) != len(events):
+            return None
+        own = log.since(0)
+        if all(map(operator.is_, own, events)):
+            return state
+        return state if all(a is b or a == b for a, b in zip(own, events, strict=True)) else None
+
+
+_replays = _Replays()
+
+
 def _structure_data(value: object, cls: type, seq: int, event_type: str) -> Any:
     try:
         return structure_as(value, cls)
@@ -426,16 +481,22 @@ def _structure_data(value: object, cls: type, seq: int, event_type: str) -> Any:
 def _detached(event: SessionEvent, seq: int, *, data_detached: bool = False) -> SessionEvent:
     """A deep, strictly typed copy of `event` (docs/spec/session-log.md §2.3: appends are
     deep-copied; §9: the data must be losslessly JSON-representable, i.e. the codec can decode
-    what it encodes)."""
+    what it encodes).
+
+    Data that is already deeply immutable, exactly typed and canonical (what the loop builds
+    from values it has validated) would come out of the copy equal to itself: it is kept.
+    """
     data = event.data
-    path = f"$[{seq}].data"
-    if data_detached:
+    if data_detached or is_canonical(data):
         pass
     elif isinstance(data, IgnorableData):
-        data = IgnorableData(freeze_object(data.payload, path))
+        data = IgnorableData(freeze_object(data.payload, f"$[{seq}].data"))
     else:
+        path = f"$[{seq}].data"
         data = _structure_data(freeze_json(unstructure(data), path), type(data), seq, event.type)
     seqs = event.source_event_seqs
+    if data is event.data and type(event) is SessionEvent and type(seqs) in (tuple, NoneType):
+        return event  # every part already immutable and normalized: the copy would be equal
     return SessionEvent(
         event.type,
         event.seq,

@@ -1,7 +1,13 @@
-"""Stored sessions outside any loop instance: load one (repaired) into a `Session`, and
-settle where a fork of a stored session starts (docs/spec/fork-resume.md §4)."""
+"""Stored sessions outside any loop instance: load one (repaired) into a `Session` with the
+cyclic GC paused, and settle where a fork of a stored session starts
+(docs/spec/fork-resume.md §4)."""
 
 from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 from attrs import frozen
 
@@ -10,13 +16,51 @@ from actorloop.runtime.session import Session, new_session_id
 from actorloop.runtime.stores.base import Store
 
 
+class _GcPause:
+    """Pauses the cyclic collector while any load runs (loads may overlap, in threads too).
+
+    A load allocates hundreds of thousands of acyclic objects that all survive; collecting
+    while it runs only rescans them, generation after generation. The collector is restored
+    by the last load to finish, and only if it was enabled when the first began.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._restore = False
+
+    @contextmanager
+    def during(self) -> Iterator[None]:
+        with self._lock:
+            if self._active == 0:
+                self._restore = gc.isenabled()
+                gc.disable()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                if self._active == 0 and self._restore:
+                    gc.enable()
+
+
+_gc_pause = _GcPause()
+
+
+def gc_paused() -> AbstractContextManager[None]:
+    """A context in which the cyclic GC is paused (nestable, thread-safe): wrap loads."""
+    return _gc_pause.during()
+
+
 async def load_session(store: Store, session_id: str, *, repair: bool = True) -> Session:
     """Load a stored session for inspection; `repair=False` reads the durable part only
     (nothing written, no lease needed, so a session live elsewhere can be looked at)."""
     if not await store.exists(session_id):
         raise SessionNotFound(session_id)
-    meta, events = await store.load(session_id, repair=repair)
-    return Session.from_loaded(session_id, events, meta)
+    with gc_paused():
+        meta, events = await store.load(session_id, repair=repair)
+        return Session.from_loaded(session_id, events, meta)
 
 
 @frozen

@@ -7,6 +7,9 @@ no duplicate tool-call id in one assistant message).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from attrs import define, field
 
 from actorloop.codecs.jsonvalue import check_text
@@ -120,47 +123,66 @@ class TurnStructure:
             raise self._fail(event, f"names step {step} but the open step is {self.open_step}")
 
     def check(self, event: SessionEvent) -> None:
-        data = event.data
-        if isinstance(data, IgnorableData):
-            return
+        """Raise SessionValidationError if `event` (its envelope already checked, so its
+        data is exactly its type's class) breaks a structure or content rule."""
+        _RULES.get(type(event.data), TurnStructure._anywhere_in_turn)(self, event, event.data)
+
+    def _turn_start(self, event: SessionEvent, data: TurnStart) -> None:
+        if self.open_turn is not None:
+            raise self._fail(event, f"turn {self.open_turn} is still open (no nesting)")
+        if data.turn != self.last_turn + 1:
+            raise self._fail(event, f"turn {data.turn} does not follow turn {self.last_turn}")
+
+    def _turn_end(self, event: SessionEvent, data: TurnEnd) -> None:
+        self._need_turn(event, data.turn)
+        if self.open_step is not None:
+            raise self._fail(event, f"step {self.open_step} is still open")
+
+    def _step_start(self, event: SessionEvent, data: StepStart) -> None:
+        self._need_turn(event, data.turn)
+        if self.open_step is not None:
+            raise self._fail(event, f"step {self.open_step} is still open (no nesting)")
+        if data.step != self.last_step + 1:
+            raise self._fail(event, f"step {data.step} does not follow step {self.last_step}")
+
+    def _in_step(self, event: SessionEvent, data: StepEnd | AssistantChunk) -> None:
+        self._need_step(event, data.turn, data.step)
+
+    def _assistant(self, event: SessionEvent, data: AssistantMessage) -> None:
         check_content(event)
-        if isinstance(data, TurnStart):
-            if self.open_turn is not None:
-                raise self._fail(event, f"turn {self.open_turn} is still open (no nesting)")
-            if data.turn != self.last_turn + 1:
-                raise self._fail(event, f"turn {data.turn} does not follow turn {self.last_turn}")
-        elif isinstance(data, TurnEnd):
-            self._need_turn(event, data.turn)
-            if self.open_step is not None:
-                raise self._fail(event, f"step {self.open_step} is still open")
-        elif isinstance(data, StepStart):
-            self._need_turn(event, data.turn)
-            if self.open_step is not None:
-                raise self._fail(event, f"step {self.open_step} is still open (no nesting)")
-            if data.step != self.last_step + 1:
-                raise self._fail(event, f"step {data.step} does not follow step {self.last_step}")
-        elif isinstance(data, (StepEnd, AssistantChunk, AssistantMessage)):
-            self._need_step(event, data.turn, data.step)
-        elif isinstance(data, ToolCallEvent):
-            self._need_step(event, data.turn, data.step)
-            if data.call_id in self.calls_in_step:
-                raise self._fail(event, f"duplicate tool call id {data.call_id!r} in the step")
-        elif isinstance(data, ToolResultEvent):
-            if isinstance(event.surface_op, Replace):
-                self._need_turn(event)  # a pruning rewrite: checked against its node instead
-                return
-            self._need_step(event, data.turn, data.step)
-            if data.call_id in self.results_in_step:
-                raise self._fail(event, f"tool call {data.call_id!r} already has a result")
-            synthetic = data.error is not None and data.error.code in SYNTHETIC_RESULT_CODES
-            if data.call_id not in self.calls_in_step and not synthetic:
-                raise self._fail(
-                    event, f"no earlier tool/call with id {data.call_id!r} in this step"
-                )
-        elif isinstance(data, (SteeringMessage, CompactionStart, CompactionEnd)):
+        self._need_step(event, data.turn, data.step)
+
+    def _tool_call(self, event: SessionEvent, data: ToolCallEvent) -> None:
+        self._need_step(event, data.turn, data.step)
+        if data.call_id in self.calls_in_step:
+            raise self._fail(event, f"duplicate tool call id {data.call_id!r} in the step")
+
+    def _tool_result(self, event: SessionEvent, data: ToolResultEvent) -> None:
+        if isinstance(event.surface_op, Replace):
+            self._need_turn(event)  # a pruning rewrite: checked against its node instead
+            return
+        self._need_step(event, data.turn, data.step)
+        if data.call_id in self.results_in_step:
+            raise self._fail(event, f"tool call {data.call_id!r} already has a result")
+        synthetic = data.error is not None and data.error.code in SYNTHETIC_RESULT_CODES
+        if data.call_id not in self.calls_in_step and not synthetic:
+            raise self._fail(event, f"no earlier tool/call with id {data.call_id!r} in this step")
+
+    def _user_side(self, event: SessionEvent, data: Any) -> None:
+        check_content(event)
+        if isinstance(data, SteeringMessage):
             self._need_turn(event, data.turn)
         else:
             self._need_turn(event)
+
+    def _in_turn(self, event: SessionEvent, data: CompactionStart | CompactionEnd) -> None:
+        self._need_turn(event, data.turn)
+
+    def _anywhere_in_turn(self, event: SessionEvent, data: object) -> None:
+        self._need_turn(event)
+
+    def _ignorable(self, event: SessionEvent, data: IgnorableData) -> None:
+        """An ignorable event takes no part in the structure."""
 
     def advance(self, event: SessionEvent) -> None:
         data = event.data
@@ -179,3 +201,25 @@ class TurnStructure:
             self.calls_in_step[data.call_id] = event.seq
         elif isinstance(data, ToolResultEvent) and not isinstance(event.surface_op, Replace):
             self.results_in_step.add(data.call_id)
+
+
+_Rule = Callable[[TurnStructure, SessionEvent, Any], None]
+_RULES: dict[type, _Rule] = {
+    TurnStart: TurnStructure._turn_start,
+    TurnEnd: TurnStructure._turn_end,
+    StepStart: TurnStructure._step_start,
+    StepEnd: TurnStructure._in_step,
+    AssistantChunk: TurnStructure._in_step,
+    AssistantMessage: TurnStructure._assistant,
+    ToolCallEvent: TurnStructure._tool_call,
+    ToolResultEvent: TurnStructure._tool_result,
+    UserMessage: TurnStructure._user_side,
+    PromptBlocked: TurnStructure._user_side,
+    ContextMessage: TurnStructure._user_side,
+    SteeringMessage: TurnStructure._user_side,
+    CompactionStart: TurnStructure._in_turn,
+    CompactionEnd: TurnStructure._in_turn,
+    IgnorableData: TurnStructure._ignorable,
+}
+"""The rule of each event data class; any other known class (headers, compaction summary
+and prune) needs an open turn only."""

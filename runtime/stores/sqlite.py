@@ -419,6 +419,7 @@ class SqliteStore:
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
             (meta.id, first),
         )
+        place = self._where(meta.id)  # once per session: a row's place is this plus its seq
         for row in rows:
             expected = len(events)
             if expected == want:
@@ -428,7 +429,7 @@ class SqliteStore:
                     self._where(meta.id, row[1]),
                     f"row seq {row[1]!r} lies past the acknowledged head ({head} events)",
                 )
-            where = self._where(meta.id, expected)
+            where = f"{place} seq {expected}"
             if row[1] != expected:
                 raise SessionCorruptError(
                     where, f"row seq {row[1]!r} where seq {expected} belongs (missing or moved)"
