@@ -162,6 +162,13 @@ def _runtime(report: dict[str, Any]) -> Headlines:
         "events/s persisted": many["events_per_s"],
         "RSS KiB per agent": many["rss_per_agent_kib"],
     }
+    scale = report.get("scale")
+    if scale is not None:
+        pair = f"{scale['large']:,} vs {scale['small']:,} agents"
+        for key, ratio in scale["steps_per_cpu_s_large_vs_small"].items():
+            out[f"{pair}, steps per CPU s ({key})"] = ratio
+        for key, ratio in scale["steps_per_s_large_vs_small"].items():
+            out[f"{pair}, steps/s wall ({key})"] = ratio
     for size, row in report["fork_resume_latency"].items():
         out[f"resume ms ({int(size):,}-event log)"] = row["resume_ms"]
         out[f"fork of a live session ms ({int(size):,}-event log)"] = row["fork_live_ms"]
