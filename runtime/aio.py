@@ -18,6 +18,7 @@ from attrs import evolve
 
 from actorloop.runtime.agent import Agent as TrioAgent
 from actorloop.runtime.agent import AgentStatus, SourceSpec
+from actorloop.runtime.collector import CollectorPolicy
 from actorloop.runtime.errors import (
     HookError,
     HostError,
@@ -413,6 +414,7 @@ class Runtime:
         compactor: Compactor | None = None,
         compaction: bool = True,
         telemetry: TelemetrySetting = None,
+        collector: CollectorPolicy | None = None,
     ) -> AsyncIterator[Runtime]:
         """Open a runtime from asyncio; the arguments are those of the trio
         `Runtime.open`. Leaving the block disposes every agent (running turns end
@@ -430,6 +432,7 @@ class Runtime:
                 compactor=compactor,
                 compaction=compaction,
                 telemetry=telemetry,
+                collector=collector,
             )
             assert host.nursery is not None
             host.nursery.start_soon(runtime._serve, opener)

@@ -5,6 +5,7 @@ ends a real trio guest run on a real asyncio loop every time."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -39,6 +40,7 @@ from actorloop.runtime import (
     tool_call,
 )
 from actorloop.runtime.chunks import StreamChunk
+from actorloop.runtime.collector import CollectorPolicy
 from actorloop.runtime.errors import ErrorCode
 from actorloop.runtime.events import ToolResultEvent, TurnEnd, UserMessage
 from actorloop.runtime.providers.base import ModelInfo
@@ -661,3 +663,15 @@ def test_the_bridge_refuses_calls_once_closed_and_a_trio_run_on_the_thread() -> 
             loop.close()
 
     trio.run(inside_trio)
+
+
+def test_the_collector_policy_reaches_the_trio_runtime() -> None:
+    before = gc.get_threshold()
+    wanted = (before[0] + 1234, before[1] + 1, before[2] + 1)
+
+    async def main() -> tuple[int, int, int]:
+        async with aio.Runtime.open(collector=CollectorPolicy(thresholds=wanted)):
+            return gc.get_threshold()
+
+    assert run(main) == wanted
+    assert gc.get_threshold() == before
