@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import types
 from collections.abc import Callable
 from typing import Any, Literal, Union, get_args, get_origin
@@ -105,6 +106,9 @@ class CanonicalChecks:
             "never": _never,
         }
         self._counter = itertools.count()
+        # Stores validate loads in worker threads: generation (names registered, sources
+        # pending, one exec) must not interleave, or a thread finds a name not yet compiled.
+        self._generating = threading.Lock()
 
     def check(self, value: Any) -> bool:
         """True if `value` (an attrs instance) would come out of the codec's copy as itself."""
@@ -120,13 +124,17 @@ class CanonicalChecks:
             return found
         if not attrs.has(cls):
             return _never
-        name = self._class_function(cls)
-        source = "\n\n".join(self._sources)
-        self._sources.clear()
-        exec(compile(source, "<actorloop generated canonical checks>", "exec"), self._globals)
-        checker: Check = self._globals[name]
-        self._checks[cls] = checker
-        return checker
+        with self._generating:
+            found = self._checks.get(cls)
+            if found is not None:
+                return found
+            name = self._class_function(cls)
+            source = "\n\n".join(self._sources)
+            self._sources.clear()
+            exec(compile(source, "<actorloop generated canonical checks>", "exec"), self._globals)
+            checker: Check = self._globals[name]
+            self._checks[cls] = checker
+            return checker
 
     def _constant(self, value: Any, prefix: str) -> str:
         name = f"_{prefix}{next(self._counter)}"

@@ -10,6 +10,7 @@ generated from the attrs fields' annotations when the codec module is imported.
 from __future__ import annotations
 
 import itertools
+import threading
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin
@@ -75,6 +76,9 @@ class DecoderBuilder:
             "NEW": object.__new__,
         }
         self._counter = itertools.count()
+        # Loads decode in worker threads: generation (names registered, sources pending, one
+        # exec) must not interleave, or a thread finds a name not yet compiled.
+        self._generating = threading.RLock()
 
     def decoder(self, tp: Any, chosen_by: ChosenBy | None = None) -> Decode:
         """The generated decoder of the type `tp` (an attrs class or a tagged union: a dict
@@ -84,13 +88,14 @@ class DecoderBuilder:
         that field is decoded by the decoder its selector's value names (a value with none
         fails, for the converter to decide).
         """
-        if isinstance(tp, type) and attrs.has(tp):
-            name = self._class_function(tp, None, chosen_by or {})
-        else:
-            name = self._item_function(tp)
-        self._compile()
-        decode: Decode = self._globals[name]
-        return decode
+        with self._generating:
+            if isinstance(tp, type) and attrs.has(tp):
+                name = self._class_function(tp, None, chosen_by or {})
+            else:
+                name = self._item_function(tp)
+            self._compile()
+            decode: Decode = self._globals[name]
+            return decode
 
     # generation ---------------------------------------------------------------------
 

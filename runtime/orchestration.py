@@ -230,10 +230,17 @@ async def run_workload(
             progress("fork turn")
 
         for agent in agents[: workers.cancel]:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(agent.send, "A long task that will be cancelled.")
-                await trio.sleep(workload.latency_ms / 2000)
-                agent.cancel("workload cancellation")
+            # Cancelled as its model request goes out, whatever the machine's speed: the turn
+            # is aborted mid-step, never finished first.
+            async def cancel_at_request(handle: Agent, config: Any, next: Any) -> Any:
+                handle.cancel("workload cancellation")
+                return await next()
+
+            unsubscribe = agent.on("agent/request", cancel_at_request)
+            try:
+                await agent.send("A long task that will be cancelled.")
+            finally:
+                unsubscribe()
             progress("cancelled turn")
 
         for agent in agents[-workers.resume :] if workers.resume else []:

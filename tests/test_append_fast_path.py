@@ -4,13 +4,26 @@ anything else still takes the copy, with the same normalization and the same typ
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
+from session_logs import closed_log
 from strategies import event_data, valid_logs
 
-from actorloop.codecs.converter import encode_event, is_canonical, structure_as, unstructure
+from actorloop.codecs.canonical import CanonicalChecks
+from actorloop.codecs.converter import (
+    BLOCK_TAGS,
+    CHUNK_TAGS,
+    EMPTY_IS_ABSENT,
+    OP_TAGS,
+    encode_event,
+    is_canonical,
+    structure_as,
+    unstructure,
+)
 from actorloop.codecs.jsonvalue import FrozenDict, freeze_json
 from actorloop.runtime.chunks import TokenUsage
 from actorloop.runtime.errors import JsonValueError, SessionValidationError
@@ -153,3 +166,23 @@ def test_a_list_where_a_tuple_belongs_is_copied_into_a_tuple() -> None:
     event = session.append("user/message", data, surface_op=APPEND, time=2)
     blocks.append(Text("b"))
     assert event.data.content == (Text("a"),)
+
+
+def test_checks_generated_from_many_threads_at_once_agree() -> None:
+    """Stores validate loads in worker threads: a checker first used by several threads at
+    once generates each class's check once, and every thread gets a working one."""
+    values = [event.data for event in closed_log("threads", 3).events]
+    expected = [is_canonical(value) for value in values]
+    for _ in range(20):
+        checks = CanonicalChecks(
+            (tuple(BLOCK_TAGS), tuple(CHUNK_TAGS), tuple(OP_TAGS)), EMPTY_IS_ABSENT
+        )
+        start = threading.Barrier(8)
+
+        def run(checks: CanonicalChecks = checks, start: threading.Barrier = start) -> list[bool]:
+            start.wait()
+            return [checks.check(value) for value in values]
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = [future.result() for future in [pool.submit(run) for _ in range(8)]]
+        assert answers == [expected] * 8
