@@ -249,8 +249,15 @@ class Router:
             try:
                 response = response_for(sole_error(exc))
                 await self.inbox.answer(handed.id, response.status_code, bytes(response.body))
-            except ActorloopError:
-                pass  # its sender sees this node alive and waits; a restart answers it
+            except ActorloopError as unanswered:
+                # Its sender sees this node alive and keeps waiting; a restart of this node
+                # answers it. Say so, rather than leave a request hanging without a trace.
+                log.error(
+                    "routing: request %d for %s got no answer: %r",
+                    handed.id,
+                    handed.session_id,
+                    unanswered,
+                )
         finally:
             self._handling.pop(handed.id, None)
 
