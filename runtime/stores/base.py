@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
+from attrs import frozen
+
+from actorloop.codecs.rows import event_from_row
 from actorloop.runtime.errors import (
     GroupCommitError,
     InvalidSessionId,
     SessionBusy,
     SessionCorruptError,
+    SessionFormatError,
     SessionValidationError,
     StoreError,
     StoreUrlError,
@@ -180,6 +184,74 @@ def parent_of(meta: SessionMeta, seen: frozenset[str], where: str) -> str:
     if parent in seen or parent == meta.id:
         raise SessionCorruptError(where, f"fork lineage loops back to {parent!r}")
     return parent
+
+
+Row: TypeAlias = tuple[Any, ...]
+"""A stored event row: session id, seq, type, time, body, checksum (codecs/rows.py)."""
+
+
+@frozen
+class RowSource:
+    """How a row store (SQLite, PostgreSQL) reads a fork chain: `where(id, seq)` names a
+    place, `meta_head(id)` is a session's meta and acknowledged head (None if absent),
+    `rows(meta, first, end)` its rows from seq `first` in seq order (`end`, when given, is
+    where a fork seed stops; a whole log passes None, so a row past its head shows)."""
+
+    where: Callable[[str, int | None], str]
+    meta_head: Callable[[str], tuple[SessionMeta, int] | None]
+    rows: Callable[[SessionMeta, int, int | None], Iterable[Row]]
+
+
+def read_rows(
+    source: RowSource,
+    meta: SessionMeta,
+    head: int,
+    length: int | None = None,
+    seen: frozenset[str] = frozenset(),
+) -> list[SessionEvent]:
+    """The first `length` events of a session (all `head` if None), reading fork parents'
+    seeds recursively; every row checksummed, contiguous, and as many as the head says —
+    anything else is SessionCorruptError naming the seq."""
+    first = meta.seed_length or 0
+    want = head if length is None else length
+    place = source.where(meta.id, None)
+    if want > head:
+        raise SessionCorruptError(
+            place, f"a fork needs {want} of its events but its acknowledged head is {head}"
+        )
+    events: list[SessionEvent] = []
+    if meta.parent_session is not None:
+        seen = seen | {meta.id}
+        parent = source.meta_head(parent_of(meta, seen, place))
+        if parent is None:
+            raise SessionCorruptError(place, f"fork parent {meta.parent_session!r} is missing")
+        events = read_rows(source, *parent, min(want, first), seen)
+    if want <= first:
+        return events
+    for row in source.rows(meta, first, want if length is not None else None):
+        expected = len(events)
+        if expected == want:
+            if length is not None:
+                break  # a fork seed: later events are the parent's own business
+            raise SessionCorruptError(
+                source.where(meta.id, row[1]),
+                f"row seq {row[1]!r} lies past the acknowledged head ({head} events)",
+            )
+        where = f"{place} seq {expected}"  # built per row: the hot path of every load
+        if row[1] != expected:
+            raise SessionCorruptError(
+                where, f"row seq {row[1]!r} where seq {expected} belongs (missing or moved)"
+            )
+        try:
+            events.append(event_from_row(row, where))
+        except SessionFormatError as exc:
+            raise SessionCorruptError(where, exc.problem) from exc
+    if len(events) != want:
+        raise SessionCorruptError(
+            source.where(meta.id, len(events)),
+            f"missing: the log holds {len(events)} events, its acknowledged head is {want}",
+        )
+    return events
 
 
 def validate_stored(

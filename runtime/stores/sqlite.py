@@ -31,6 +31,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,7 +40,6 @@ import trio
 from actorloop.codecs.rows import (
     EventRow,
     event_crc,
-    event_from_row,
     event_rows,
     head_of,
     meta_crc,
@@ -67,10 +67,12 @@ from actorloop.runtime.stores.base import (
     Failures,
     Listing,
     Loaded,
+    RowSource,
     check_seqs,
     parent_of,
     plan_repair,
     raise_failures,
+    read_rows,
     refuse_live_repair,
     sole_failure,
     validate_stored,
@@ -386,64 +388,18 @@ class SqliteStore:
                 found[session_id] = (head, rows_end)
         return found
 
-    def _events(
-        self,
-        db: sqlite3.Connection,
-        meta: SessionMeta,
-        head: int,
-        length: int | None = None,
-        seen: frozenset[str] = frozenset(),
-    ) -> list[SessionEvent]:
-        """The first `length` events (all `head` if None), reading fork parents' seeds
-        recursively; every row checksummed, contiguous, and as many as the head says."""
-        first = meta.seed_length or 0
-        want = head if length is None else length
-        if want > head:
-            raise SessionCorruptError(
-                self._where(meta.id),
-                f"a fork needs {want} of its events but its acknowledged head is {head}",
+    def _events(self, db: sqlite3.Connection, meta: SessionMeta, head: int) -> list[SessionEvent]:
+        """Every event of the session (its fork seed read through its parents), checked."""
+
+        def rows(of: SessionMeta, first: int, _end: int | None) -> Iterable[Any]:
+            # No upper bound: a row past the head is damage, not something to skip.
+            return db.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? "
+                "ORDER BY seq",
+                (of.id, first),
             )
-        events: list[SessionEvent] = []
-        if meta.parent_session is not None:
-            seen = seen | {meta.id}
-            parent = self._meta_head(db, parent_of(meta, seen, self._where(meta.id)))
-            if parent is None:
-                raise SessionCorruptError(
-                    self._where(meta.id), f"fork parent {meta.parent_session!r} is missing"
-                )
-            events = self._events(db, *parent, min(want, first), seen)
-        if want <= first:
-            return events
-        # No upper bound on the query: a row past the head is damage, not something to skip.
-        rows = db.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
-            (meta.id, first),
-        )
-        place = self._where(meta.id)  # once per session: a row's place is this plus its seq
-        for row in rows:
-            expected = len(events)
-            if expected == want:
-                if length is not None:
-                    break  # a fork seed: later events are the parent's own business
-                raise SessionCorruptError(
-                    self._where(meta.id, row[1]),
-                    f"row seq {row[1]!r} lies past the acknowledged head ({head} events)",
-                )
-            where = f"{place} seq {expected}"
-            if row[1] != expected:
-                raise SessionCorruptError(
-                    where, f"row seq {row[1]!r} where seq {expected} belongs (missing or moved)"
-                )
-            try:
-                events.append(event_from_row(row, where))
-            except SessionFormatError as exc:
-                raise SessionCorruptError(where, exc.problem) from exc
-        if len(events) != want:
-            raise SessionCorruptError(
-                self._where(meta.id, len(events)),
-                f"missing: the log holds {len(events)} events, its acknowledged head is {want}",
-            )
-        return events
+
+        return read_rows(RowSource(self._where, partial(self._meta_head, db), rows), meta, head)
 
     def _load_all(self, db: sqlite3.Connection, session_id: str) -> Loaded:
         meta, head = self._need(db, session_id)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -32,7 +32,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from actorloop.codecs.rows import (
     EventRow,
-    event_from_row,
     event_rows,
     head_of,
     meta_from_row,
@@ -62,10 +61,12 @@ from actorloop.runtime.stores.base import (
     Failures,
     Listing,
     Loaded,
+    RowSource,
     check_seqs,
     parent_of,
     plan_repair,
     raise_failures,
+    read_rows,
     refuse_live_repair,
     sole_failure,
     validate_stored,
@@ -266,66 +267,26 @@ class PostgresStore:
             raise SessionNotFound(session_id)
         return found
 
-    def _events(
-        self,
-        conn: psycopg.Connection,
-        meta: SessionMeta,
-        head: int,
-        length: int | None = None,
-        seen: frozenset[str] = frozenset(),
-    ) -> list[SessionEvent]:
-        """The first `length` events (all `head` if None), reading fork parents' seeds
-        recursively; every row checksummed, contiguous, and as many as the head says."""
-        first = meta.seed_length or 0
-        want = head if length is None else length
-        if want > head:
-            raise SessionCorruptError(
-                self._where(meta.id),
-                f"a fork needs {want} of its events but its acknowledged head is {head}",
+    def _events(self, conn: psycopg.Connection, meta: SessionMeta, head: int) -> list[SessionEvent]:
+        """Every event of the session (its fork seed read through its parents), checked."""
+
+        def meta_head(session_id: str) -> tuple[SessionMeta, int] | None:
+            stored = self._stored(conn, session_id)
+            return None if stored is None else (stored.meta, stored.head)
+
+        def rows(of: SessionMeta, first: int, end: int | None) -> Iterable[Any]:
+            # A fork seed reads only what it needs; a whole log reads past its head too,
+            # since a row there is damage, not something to skip.
+            bound = "" if end is None else "AND seq < %s"
+            params: tuple[Any, ...] = (of.id, first) if end is None else (of.id, first, end)
+            return conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM actorloop.events WHERE session_id = %s "
+                f"AND seq >= %s {bound} ORDER BY seq",
+                params,
+                binary=True,
             )
-        events: list[SessionEvent] = []
-        if meta.parent_session is not None:
-            seen = seen | {meta.id}
-            parent = self._stored(conn, parent_of(meta, seen, self._where(meta.id)))
-            if parent is None:
-                raise SessionCorruptError(
-                    self._where(meta.id), f"fork parent {meta.parent_session!r} is missing"
-                )
-            events = self._events(conn, parent.meta, parent.head, min(want, first), seen)
-        if want <= first:
-            return events
-        # A fork seed reads only what it needs; a whole log reads past its head too, since a
-        # row there is damage, not something to skip.
-        bound = "AND seq < %s" if length is not None else ""
-        params: tuple[Any, ...] = (meta.id, first, want) if length is not None else (meta.id, first)
-        rows = conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM actorloop.events WHERE session_id = %s AND seq >= %s "
-            f"{bound} ORDER BY seq",
-            params,
-            binary=True,
-        )
-        for row in rows:
-            expected = len(events)
-            if expected == want:
-                raise SessionCorruptError(
-                    self._where(meta.id, row[1]),
-                    f"row seq {row[1]!r} lies past the acknowledged head ({head} events)",
-                )
-            where = self._where(meta.id, expected)
-            if row[1] != expected:
-                raise SessionCorruptError(
-                    where, f"row seq {row[1]!r} where seq {expected} belongs (missing or moved)"
-                )
-            try:
-                events.append(event_from_row(row, where))
-            except SessionFormatError as exc:
-                raise SessionCorruptError(where, exc.problem) from exc
-        if len(events) != want:
-            raise SessionCorruptError(
-                self._where(meta.id, len(events)),
-                f"missing: the log holds {len(events)} events, its acknowledged head is {want}",
-            )
-        return events
+
+        return read_rows(RowSource(self._where, meta_head, rows), meta, head)
 
     # ownership -------------------------------------------------------------------------
 
