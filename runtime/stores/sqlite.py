@@ -208,6 +208,9 @@ class SqliteStore:
         # Reentrant: a group commit holds it across its transactions and its tail memory.
         self._lock = threading.RLock()
         self._inline_now = False
+        self._busy_ms = _BUSY_WAIT_MS
+        """The connection's busy timeout now: 0 while inline commits run (they must not
+        wait), set back only when thread work needs it (not twice per inline commit)."""
         self._inline_commits = 0
         self._wal_pages = 0
         self._identity_lock = threading.Lock()
@@ -246,6 +249,7 @@ class SqliteStore:
         db = sqlite3.connect(self._real, isolation_level=None, check_same_thread=False)
         try:
             db.execute(f"PRAGMA busy_timeout = {_BUSY_WAIT_MS}")
+            self._busy_ms = _BUSY_WAIT_MS
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"sqlite {self.path}: cannot enable WAL (journal_mode={mode})")
@@ -297,7 +301,12 @@ class SqliteStore:
             if self._closed:
                 raise StoreError(f"sqlite store {self.path} is closed")
             try:
-                return work(self._connect())
+                db = self._connect()
+                wanted = 0 if self._inline_now else _BUSY_WAIT_MS
+                if self._busy_ms != wanted:
+                    db.execute(f"PRAGMA busy_timeout = {wanted}")
+                    self._busy_ms = wanted
+                return work(db)
             except sqlite3.Error as exc:
                 raise StoreError(f"sqlite {self.path}: {exc}") from exc
             except UnicodeDecodeError as exc:
@@ -498,15 +507,13 @@ class SqliteStore:
             db = self._db
             if db is None or self._closed:
                 return False
-            self._inline_now = True
-            db.execute("PRAGMA busy_timeout = 0")
+            self._inline_now = True  # `_locked` turns the busy timeout off for it
             try:
                 run()
             except _Busy:
                 return False
             finally:
                 self._inline_now = False
-                db.execute(f"PRAGMA busy_timeout = {_BUSY_WAIT_MS}")
             self._inline_commits += 1
             return True
         finally:
