@@ -177,13 +177,26 @@ def meta_from_row(row: tuple[Any, ...], where: str) -> SessionMeta:
 
 
 def event_rows(session_id: str, events: Iterable[SessionEvent]) -> list[EventRow]:
-    """The rows of one session's events, each with its checksum."""
+    """The rows of one session's events, each with its checksum (`event_crc`, computed
+    inline: this loop runs once per event of every group commit)."""
     key_crc = _key_crc(session_id)
+    crc32 = zlib.crc32
+    encode = encode_event
     rows = []
+    append = rows.append
     for event in events:
-        body = encode_event(event)
-        crc = event_crc(session_id, event.seq, body, key_crc)
-        rows.append((session_id, event.seq, event.type, event.time, body, crc))
+        seq = event.seq
+        body = encode(event)
+        append(
+            (
+                session_id,
+                seq,
+                event.type,
+                event.time,
+                body,
+                crc32(body, crc32(b"%d\x00" % seq, key_crc)),
+            )
+        )
     return rows
 
 

@@ -448,14 +448,19 @@ class SqliteStore:
 
     async def append_batch(self, batch: Batch) -> None:
         failures: Failures = {}
-        merged: dict[str, list[SessionEvent]] = {}
+        merged: dict[str, tuple[SessionEvent, ...]] = {}
+        tails = self._tails
         for session_id, events in batch:
-            try:
-                check_session_id(session_id)
-            except SessionError as exc:
-                failures[session_id] = exc
-                continue
-            merged.setdefault(session_id, []).extend(events)
+            # A session with a remembered tail passed this check when it was first written
+            # (a read of the dict outside `_lock` is atomic; a stale miss only checks again).
+            if type(session_id) is not str or session_id not in tails:
+                try:
+                    check_session_id(session_id)
+                except SessionError as exc:
+                    failures[session_id] = exc
+                    continue
+            known = merged.get(session_id)
+            merged[session_id] = tuple(events) if known is None else (*known, *events)
 
         def encode() -> dict[str, list[EventRow]]:
             rows: dict[str, list[EventRow]] = {}
