@@ -10,6 +10,7 @@ Run from the repository root:
     python -m benchmarks.bench_store --append-baseline main [--rounds 5]
     python -m benchmarks.bench_store --barrier-baseline main [--rounds 5]
     python -m benchmarks.bench_store --demo-baseline main [--rounds 5]
+    python -m benchmarks.bench_store --commit-baseline main [--rounds 5]
 
 The first writes benchmarks/results/store.json and store.md. The second measures durable
 appends (the same workload, through the CodecActor, JSONL and SQLite) for the baseline
@@ -20,7 +21,9 @@ The third does the same for the CPU of one session's flush barrier (and its rati
 floor measured in the same process: the same rows committed by hand through a
 `trio.to_thread` round), group commit across 1,000 sessions and sequential spawn on
 `memory:` and `sqlite:` (store_barrier.json / .md); the fourth for the step overhead
-`actorloop run` reports for the packaged demo on `sqlite:` (store_demo.json / .md).
+`actorloop run` reports for the packaged demo on `sqlite:` (store_demo.json / .md); the fifth
+for group commit at 1, 10 and 1,000 sessions (events/s and CPU per event), the one-session
+barrier and `bench_floor`'s `sqlite:` step against its floor (store_commit.json / .md).
 
 Workload: loop-shaped turns of 13 events (turn/start, user/message, a tool step with one
 chunk, assistant/message, tool/call, tool/result, a reply step, turn/end), built with the
@@ -43,6 +46,7 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -148,11 +152,11 @@ async def measure_throughput(
             for batch in batches:
                 await actor.persist(session_id, batch)
 
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         async with trio.open_nursery() as loops:
             for session_id in ids:
                 loops.start_soon(loop, session_id)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         await actor.aclose()
     for lease in leases:
         lease.release()
@@ -160,6 +164,7 @@ async def measure_throughput(
     total = sessions * len(events)
     return {
         "synchronous": synchronous,
+        "cpu_us_per_event": cpu / total * 1e6,
         "sessions": sessions,
         "events": total,
         "barriers": sessions * len(batches),
@@ -454,6 +459,142 @@ async def barrier_only() -> dict[str, Any]:
         template = build_log("template", 5)
         group = await measure_throughput(directory, 1_000, template.events, "NORMAL")
     return {"barrier": barrier, "group_commit": group, "spawn": spawn}
+
+
+COMMIT_PLAN = ((1, 120), (10, 30), (1_000, 5))
+"""(concurrent sessions, turns each) of the group-commit comparison (synchronous=NORMAL)."""
+COMMIT_FLOOR_ROUNDS = 5
+"""Rounds of `bench_floor`'s step measurement inside each group-commit comparison run."""
+
+
+async def commit_only() -> dict[str, Any]:
+    """One run of the group-commit comparison: durable events/s and CPU per event at 1, 10
+    and 1,000 sessions, the one-session barrier, and `bench_floor`'s per-step figures."""
+    from benchmarks.bench_floor import bench_steps
+
+    template = build_log("template", max(turns for _, turns in COMMIT_PLAN))
+    with tempfile.TemporaryDirectory(prefix="bench-commit-") as temp:
+        directory = Path(temp)
+        warm = directory / "warm-up"
+        warm.mkdir()
+        await measure_throughput(warm, 10, template.events[: 2 * EVENTS_PER_TURN], "NORMAL")
+        throughput = [
+            await measure_throughput(
+                directory, sessions, template.events[: turns * EVENTS_PER_TURN], "NORMAL"
+            )
+            for sessions, turns in COMMIT_PLAN
+        ]
+        barrier = await measure_barrier(directory)
+        (directory / "steps").mkdir()
+        steps = await bench_steps(
+            directory / "steps", rounds=COMMIT_FLOOR_ROUNDS, turns_per_round=10
+        )
+    return {"throughput": throughput, "barrier": barrier, "steps": steps}
+
+
+def _commit_figures() -> list[tuple[str, Callable[[dict[str, Any]], float]]]:
+    """(label, how to read it from one run) of the group-commit comparison."""
+    figures: list[tuple[str, Callable[[dict[str, Any]], float]]] = []
+    for index, (sessions, _turns) in enumerate(COMMIT_PLAN):
+        figures.append(
+            (
+                f"events/s, {sessions:,} sessions",
+                lambda run, i=index: run["throughput"][i]["events_per_s"],
+            )
+        )
+        figures.append(
+            (
+                f"CPU µs per event, {sessions:,} sessions",
+                lambda run, i=index: run["throughput"][i]["cpu_us_per_event"],
+            )
+        )
+    figures += [
+        ("CPU µs per barrier, 1 session", lambda run: run["barrier"]["cpu_us_per_barrier"]),
+        ("barrier CPU × its floor", lambda run: run["barrier"]["x_floor"]),
+        ("`sqlite:` step CPU µs", lambda run: run["steps"]["step_cpu_us_sqlite"]),
+        ("`memory:` step CPU µs", lambda run: run["steps"]["step_cpu_us_memory"]),
+        (
+            "`sqlite:` step − `memory:` step, CPU µs",
+            lambda run: run["steps"]["step_cpu_us_sqlite"] - run["steps"]["step_cpu_us_memory"],
+        ),
+        ("`sqlite:` floor CPU µs", lambda run: run["steps"]["floor_cpu_us_sqlite"]),
+        ("`sqlite:` step / floor", lambda run: run["steps"]["ratio_sqlite_to_floor"]),
+    ]
+    return figures
+
+
+def commit_baseline(revision: str, rounds: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
+        pythonpath = _baseline_tree(revision, Path(temp))
+        for index in range(rounds):
+            print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
+            for side in ("before", "after")[:: 1 if index % 2 == 0 else -1]:
+                path = pythonpath if side == "before" else None
+                runs[side].append(_run_json(path, "--commit-only"))
+    rows = []
+    for label, read in _commit_figures():
+        before = [read(run) for run in runs["before"]]
+        after = [read(run) for run in runs["after"]]
+        ratios = [a / b for b, a in zip(before, after, strict=True)]
+        rows.append(
+            {
+                "figure": label,
+                "before": statistics.median(before),
+                "after": statistics.median(after),
+                "after_over_before": statistics.median(ratios),
+                "ratio_range": [min(ratios), max(ratios)],
+            }
+        )
+    return {
+        "baseline": f"{revision} ({_commit(revision)})",
+        "after": f"working tree on {_commit('HEAD')}",
+        "rounds": rounds,
+        "environment": environment(),
+        "rows": rows,
+        "runs": runs,
+    }
+
+
+def commit_markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    plan = ", ".join(f"{sessions:,} × {turns} turns" for sessions, turns in COMMIT_PLAN)
+    lines = [
+        "# Group commit and the `sqlite:` step: before / after",
+        "",
+        f"`python -m benchmarks.bench_store --commit-baseline REV --rounds {report['rounds']}`"
+        f" — Python {env['python']} on {env['platform']} (SQLite {env['sqlite']}), "
+        f"{env['when']}. A 2-core machine shared with other engineers' benchmarks while this "
+        "ran: read the CPU figures and the ratios; events/s is wall time and moves with the "
+        "machine's load.",
+        "",
+        f"Before: {report['baseline']}. After: {report['after']}. Each round runs the "
+        "baseline's code and this tree's in fresh subprocesses, back to back (which goes "
+        "first alternates by round); figures are medians over the rounds, *after/before* "
+        "the median of the per-round ratios (with their range).",
+        "",
+        f"* *events/s, CPU µs per event*: N sessions ({plan}) persist loop-shaped turns "
+        f"concurrently in {STEP_BATCH}-event step batches (submit + barrier) through the "
+        "CodecActor into `sqlite:` (synchronous=NORMAL), each holding its lease; CPU is "
+        "`time.process_time` (the writer thread included) per durable event.",
+        f"* *barrier*: one session, {BARRIER_TURNS} turns, CPU per barrier; its floor is the "
+        "same rows committed by hand through a `trio.to_thread` round each.",
+        f"* *step*: `benchmarks.bench_floor`'s step measurement ({COMMIT_FLOOR_ROUNDS} rounds "
+        "of 10 tool-call + text turns, `memory:` and `sqlite:` side by side) and its `sqlite:` "
+        "floor (the step's encodes + two BEGIN/INSERT/COMMIT through `trio.to_thread`). "
+        "*sqlite − memory* is what the store adds to a step.",
+        "",
+        "| figure | before | after | after/before | range |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        low, high = row["ratio_range"]
+        lines.append(
+            f"| {row['figure']} | {row['before']:,.2f} | {row['after']:,.2f} "
+            f"| {row['after_over_before']:.3f} | {low:.2f}–{high:.2f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
 
 
 BARRIER_FIGURES = (
@@ -831,6 +972,12 @@ def cli() -> None:
     parser.add_argument(
         "--demo-baseline", metavar="REV", help="compare `actorloop run` step p50 with REV's code"
     )
+    parser.add_argument(
+        "--commit-baseline",
+        metavar="REV",
+        help="compare group commit at 1/10/1,000 sessions and the sqlite step with REV's code",
+    )
+    parser.add_argument("--commit-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--append-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--barrier-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -839,6 +986,17 @@ def cli() -> None:
         return
     if args.barrier_only:
         print(json.dumps(trio.run(barrier_only)))
+        return
+    if args.commit_only:
+        print(json.dumps(trio.run(commit_only)))
+        return
+    if args.commit_baseline:
+        compared = commit_baseline(args.commit_baseline, args.rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "store_commit.json").write_text(json.dumps(compared, indent=2) + "\n")
+        text = commit_markdown(compared)
+        (RESULTS / "store_commit.md").write_text(text)
+        print(text)
         return
     if args.demo_baseline:
         demo = demo_baseline(args.demo_baseline, args.rounds)

@@ -477,11 +477,17 @@ class SqliteStore:
             # Only a lease held before the commit lets its tail be remembered (not the
             # temporary one `write_rights` takes for a session leased nowhere).
             owned = {session_id: self._leases.lease_of(session_id) for session_id in rows}
-            with self._lock, write_rights(self._leases, rows) as refused:
-                written.update(refused)
-                writable = {sid: r for sid, r in rows.items() if sid not in refused}
-                if writable:
-                    written.update(self._commit(writable, owned))
+            with self._lock:
+                if None not in owned.values():
+                    # Every session is leased here (the loops' case): `write_rights` would
+                    # take nothing and refuse nothing.
+                    written.update(self._commit(rows, owned))
+                    return
+                with write_rights(self._leases, rows) as refused:
+                    written.update(refused)
+                    writable = {sid: r for sid, r in rows.items() if sid not in refused}
+                    if writable:
+                        written.update(self._commit(writable, owned))
 
         count = sum(len(events) for events in merged.values())
         if count > INLINE_EVENTS:
