@@ -652,7 +652,17 @@ class SqliteStore:
         def insert(chunk: dict[str, tuple[int, list[EventRow]]]) -> None:
             # In key order: each insert then lands next to the one before it in the b-tree
             # (str order is the UTF-8 byte order SQLite's BINARY collation compares).
-            db.executemany(_INSERT_EVENTS, [row for sid in sorted(chunk) for row in chunk[sid][1]])
+            # The body goes in as a bytearray: the sqlite3 module binds it as the same BLOB
+            # but, unlike bytes, skips its adaptation lookup (a registry probe and two
+            # attribute lookups per row, more than the copy costs).
+            db.executemany(
+                _INSERT_EVENTS,
+                [
+                    (sid, seq, kind, time, bytearray(body), crc)
+                    for key in sorted(chunk)
+                    for sid, seq, kind, time, body, crc in chunk[key][1]
+                ],
+            )
             moved = db.executemany(
                 _MOVE_HEAD,
                 [(part[-1][1] + 1, session_id, head) for session_id, (head, part) in chunk.items()],
