@@ -11,6 +11,7 @@ Run from the repository root:
     python -m benchmarks.bench_store --barrier-baseline main [--rounds 5]
     python -m benchmarks.bench_store --demo-baseline main [--rounds 5]
     python -m benchmarks.bench_store --commit-baseline main [--rounds 5]
+    python -m benchmarks.bench_store --instruction-baseline main   (needs valgrind)
 
 The first writes benchmarks/results/store.json and store.md. The second measures durable
 appends (the same workload, through the CodecActor, JSONL and SQLite) for the baseline
@@ -23,7 +24,10 @@ floor measured in the same process: the same rows committed by hand through a
 `memory:` and `sqlite:` (store_barrier.json / .md); the fourth for the step overhead
 `actorloop run` reports for the packaged demo on `sqlite:` (store_demo.json / .md); the fifth
 for group commit at 1, 10 and 1,000 sessions (events/s and CPU per event), the one-session
-barrier and `bench_floor`'s `sqlite:` step against its floor (store_commit.json / .md).
+barrier and `bench_floor`'s `sqlite:` step against its floor (store_commit.json / .md); the
+sixth counts instructions (valgrind callgrind) per group-commit event and per barrier for
+both trees, a figure the other tenants of a shared machine cannot move
+(store_instructions.json / .md).
 
 Workload: loop-shaped turns of 13 events (turn/start, user/message, a tool step with one
 chunk, assistant/message, tool/call, tool/result, a reply step, turn/end), built with the
@@ -597,6 +601,121 @@ def commit_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+INSTRUCTION_PROBES = (
+    ("group commit, 100 sessions × 5 turns", "group", 100, 100 * 5 * 13),
+    ("barrier, 1 session, 5 events", "barrier", 200, 200),
+)
+"""(label, probe, size, units the size adds) of the instruction-count comparison; each is
+counted at size 0 and at `size`, and the difference divided by the units."""
+
+
+async def instruction_probe(kind: str, size: int) -> None:
+    """The work an instruction count measures: `size` sessions persisting 5 turns each
+    (group), or one session persisting `size` 5-event barriers after a first one (barrier).
+    Everything else (imports, building the log, opening the store) is the same at size 0."""
+    with tempfile.TemporaryDirectory(prefix="bench-probe-") as temp:
+        directory = Path(temp)
+        if kind == "group":
+            template = build_log("template", 5)
+            if size:
+                await measure_throughput(directory, size, template.events, "NORMAL")
+            return
+        events = build_log("one", 101).events  # the same log at every size
+        batches = [events[i : i + STEP_BATCH] for i in range(0, len(events), STEP_BATCH)]
+        if size + 1 > len(batches):
+            raise ValueError(f"the barrier probe has {len(batches) - 1} barriers at most")
+        store = SqliteStore(directory / "probe.db")
+        lease = store.claim("one")
+        await store.create(SessionMeta("one"))
+        async with trio.open_nursery() as nursery:
+            actor = CodecActor(store)
+            await nursery.start(actor.run)
+            for batch in batches[: size + 1]:
+                await actor.persist("one", batch)
+            await actor.aclose()
+        lease.release()
+        await store.close()
+
+
+def _instructions(pythonpath: Path | None, kind: str, size: int) -> int:
+    """Instructions (valgrind's callgrind, user space, every thread) of one probe run."""
+    root = RESULTS.parent.parent
+    env = dict(os.environ)
+    parts = [str(pythonpath)] if pythonpath is not None else []
+    env["PYTHONPATH"] = os.pathsep.join([*parts, str(root)])
+    done = subprocess.run(
+        [
+            *("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable),
+            *("-m", "benchmarks.bench_store", "--instruction-probe", kind, str(size)),
+        ],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    for line in done.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise RuntimeError(f"no instruction count in valgrind's output:\n{done.stderr[-2000:]}")
+
+
+def instruction_baseline(revision: str) -> dict[str, Any]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
+        pythonpath = _baseline_tree(revision, Path(temp))
+        for label, kind, size, units in INSTRUCTION_PROBES:
+            per_unit = {}
+            for side, path in (("before", pythonpath), ("after", None)):
+                print(f"{label}: {side} ...", file=sys.stderr)
+                added = _instructions(path, kind, size) - _instructions(path, kind, 0)
+                per_unit[side] = added / units
+            rows.append(
+                {
+                    "figure": label,
+                    "before": per_unit["before"],
+                    "after": per_unit["after"],
+                    "after_over_before": per_unit["after"] / per_unit["before"],
+                }
+            )
+    return {
+        "baseline": f"{revision} ({_commit(revision)})",
+        "after": f"working tree on {_commit('HEAD')}",
+        "environment": environment(),
+        "rows": rows,
+    }
+
+
+def instruction_markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    lines = [
+        "# Group commit and barrier: instructions before / after",
+        "",
+        "`python -m benchmarks.bench_store --instruction-baseline REV` — valgrind callgrind "
+        f"instruction counts (user space, all threads; system calls not counted), Python "
+        f"{env['python']} on {env['platform']} (SQLite {env['sqlite']}), {env['when']}. "
+        "Instruction counts do not move with the other tenants' load, unlike CPU time on "
+        "this shared 2-core machine.",
+        "",
+        f"Before: {report['baseline']}. After: {report['after']}. Each probe runs at size 0 "
+        "and at its size in fresh processes; the difference (the persisting alone: no "
+        "imports, log building or store opening) is divided by the events (group commit: "
+        "100 sessions each persisting 5 loop-shaped turns in 5-event barriers through the "
+        "CodecActor into `sqlite:`) or by the barriers (one session, 5 events each).",
+        "",
+        "| figure | before | after | after/before |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        unit = "per event" if row["figure"].startswith("group") else "per barrier"
+        lines.append(
+            f"| {row['figure']}, instructions {unit} | {row['before']:,.0f} "
+            f"| {row['after']:,.0f} | {row['after_over_before']:.3f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
 BARRIER_FIGURES = (
     ("CPU µs per barrier, 1 session, sqlite NORMAL", "barrier", "cpu_us_per_barrier", False),
     ("wall µs per barrier, 1 session", "barrier", "wall_us_per_barrier", False),
@@ -978,6 +1097,12 @@ def cli() -> None:
         help="compare group commit at 1/10/1,000 sessions and the sqlite step with REV's code",
     )
     parser.add_argument("--commit-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--instruction-baseline",
+        metavar="REV",
+        help="compare instructions per group-commit event and per barrier with REV (valgrind)",
+    )
+    parser.add_argument("--instruction-probe", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--append-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--barrier-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -986,6 +1111,18 @@ def cli() -> None:
         return
     if args.barrier_only:
         print(json.dumps(trio.run(barrier_only)))
+        return
+    if args.instruction_probe:
+        kind, size = args.instruction_probe
+        trio.run(instruction_probe, kind, int(size))
+        return
+    if args.instruction_baseline:
+        counted = instruction_baseline(args.instruction_baseline)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "store_instructions.json").write_text(json.dumps(counted, indent=2) + "\n")
+        text = instruction_markdown(counted)
+        (RESULTS / "store_instructions.md").write_text(text)
+        print(text)
         return
     if args.commit_only:
         print(json.dumps(trio.run(commit_only)))
