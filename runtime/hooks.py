@@ -203,7 +203,7 @@ def run_notify(name: str, chain: Chain, agent: Any, value: Any) -> None:
     for listener in chain:
         try:
             result = listener(agent, value)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 # A coroutine here would never run; close it and say so loudly.
                 result.close()  # type: ignore[attr-defined]
                 raise HookError(f"{name} listeners must be plain functions, not async")
