@@ -968,10 +968,17 @@ class LoopActor:
         # cancel lands at the checkpoint right after it, before anything is dispatched),
         # and hand-offs are serialized so concurrent barriers reach the codec in seq order.
         with trio.CancelScope(shield=True):
-            async with self._flush_lock:
+            lock = self._flush_lock
+            if lock.locked():
+                await lock.acquire()
+            else:
+                lock.acquire_nowait()  # uncontended: no extra schedule point before persist's
+            try:
                 events = self.session.events_since(self._persisted)
                 self._persisted = len(self.session)
                 await self._persist(self.session.id, events)
+            finally:
+                lock.release()
         await trio.lowlevel.checkpoint_if_cancelled()
 
     # ------------------------------------------------------------------ the turn
