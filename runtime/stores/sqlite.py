@@ -446,8 +446,8 @@ class SqliteStore:
         except GroupCommitError as exc:
             raise sole_failure(exc) from None
 
-    async def append_batch(self, batch: Batch) -> None:
-        failures: Failures = {}
+    def _merged(self, batch: Batch, failures: Failures) -> dict[str, tuple[SessionEvent, ...]]:
+        """Each session's events of a batch (in order); invalid ids go to `failures`."""
         merged: dict[str, tuple[SessionEvent, ...]] = {}
         tails = self._tails
         for session_id, events in batch:
@@ -461,47 +461,76 @@ class SqliteStore:
                     continue
             known = merged.get(session_id)
             merged[session_id] = tuple(events) if known is None else (*known, *events)
+        return merged
 
-        def encode() -> dict[str, list[EventRow]]:
-            rows: dict[str, list[EventRow]] = {}
-            for session_id, events in merged.items():
-                if not events:
-                    continue
-                try:
-                    rows[session_id] = event_rows(session_id, events)
-                except Exception as exc:
-                    failures[session_id] = exc
-            return rows
+    @staticmethod
+    def _encode(
+        merged: dict[str, tuple[SessionEvent, ...]], failures: Failures
+    ) -> dict[str, list[EventRow]]:
+        rows: dict[str, list[EventRow]] = {}
+        for session_id, events in merged.items():
+            if not events:
+                continue
+            try:
+                rows[session_id] = event_rows(session_id, events)
+            except Exception as exc:
+                failures[session_id] = exc
+        return rows
 
-        def write(rows: dict[str, list[EventRow]], written: Failures) -> None:
-            # Only a lease held before the commit lets its tail be remembered (not the
-            # temporary one `write_rights` takes for a session leased nowhere).
-            owned = {session_id: self._leases.lease_of(session_id) for session_id in rows}
-            with self._lock:
-                if None not in owned.values():
-                    # Every session is leased here (the loops' case): `write_rights` would
-                    # take nothing and refuse nothing.
-                    written.update(self._commit(rows, owned))
-                    return
-                with write_rights(self._leases, rows) as refused:
-                    written.update(refused)
-                    writable = {sid: r for sid, r in rows.items() if sid not in refused}
-                    if writable:
-                        written.update(self._commit(writable, owned))
+    def _write_rows(self, rows: dict[str, list[EventRow]], written: Failures) -> None:
+        # Only a lease held before the commit lets its tail be remembered (not the
+        # temporary one `write_rights` takes for a session leased nowhere).
+        owned = {session_id: self._leases.lease_of(session_id) for session_id in rows}
+        with self._lock:
+            if None not in owned.values():
+                # Every session is leased here (the loops' case): `write_rights` would
+                # take nothing and refuse nothing.
+                written.update(self._commit(rows, owned))
+                return
+            with write_rights(self._leases, rows) as refused:
+                written.update(refused)
+                writable = {sid: r for sid, r in rows.items() if sid not in refused}
+                if writable:
+                    written.update(self._commit(writable, owned))
 
+    def _write_inline(self, rows: dict[str, list[EventRow]], failures: Failures) -> bool:
+        """Commit `rows` here if they are small enough and `_inline` can run; False (nothing
+        written) otherwise."""
+        size = sum(len(row[4]) for part in rows.values() for row in part)
+        inline: Failures = {}
+        if size <= INLINE_BYTES and self._inline(lambda: self._write_rows(rows, inline)):
+            failures.update(inline)
+            return True
+        return False
+
+    async def append_batch(self, batch: Batch) -> None:
+        failures: Failures = {}
+        merged = self._merged(batch, failures)
         count = sum(len(events) for events in merged.values())
         if count > INLINE_EVENTS:
             # Encoded on the writer thread too: a large commit keeps the trio thread free.
-            await self._writer.run(lambda: write(encode(), failures))
+            await self._writer.run(
+                lambda: self._write_rows(self._encode(merged, failures), failures)
+            )
         elif count:
-            rows = encode()
-            size = sum(len(row[4]) for part in rows.values() for row in part)
-            inline: Failures = {}
-            if size <= INLINE_BYTES and self._inline(lambda: write(rows, inline)):
-                failures.update(inline)
-            else:  # the inline attempt, if any, wrote nothing
-                await self._writer.run(lambda: write(rows, failures))
+            rows = self._encode(merged, failures)
+            if not self._write_inline(rows, failures):  # the attempt, if any, wrote nothing
+                await self._writer.run(lambda: self._write_rows(rows, failures))
         raise_failures(failures)
+
+    def append_batch_now(self, batch: Batch) -> bool:
+        """`append_batch` here and now when it can commit inline (see `_inline`): True once
+        committed (or raising its GroupCommitError), False when it would have to wait for
+        the writer thread — then nothing was written and the caller uses `append_batch`."""
+        failures: Failures = {}
+        merged = self._merged(batch, failures)
+        count = sum(len(events) for events in merged.values())
+        if count > INLINE_EVENTS:
+            return False
+        if count and not self._write_inline(self._encode(merged, failures), failures):
+            return False
+        raise_failures(failures)
+        return True
 
     def _inline(self, run: Callable[[], None]) -> bool:
         """Run a small write (a create, a group commit of at most INLINE_EVENTS events and
