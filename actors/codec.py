@@ -15,6 +15,7 @@ from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.kernel import Reply
 from actorloop.runtime.stores.base import Batch, Store
 from actorloop.runtime.stores.memory import MemoryStore
+from actorloop.runtime.stores.sqlite import SqliteStore
 
 log = logging.getLogger("actorloop.codec")
 
@@ -37,6 +38,10 @@ class _Barrier:
 
 
 _Message: TypeAlias = _Submit | _Barrier
+
+
+_INLINE_STORES = (MemoryStore, SqliteStore)
+"""Stores whose exact class can commit a small batch without waiting (`append_batch_now`)."""
 
 
 def _batch(writes: dict[str, list[SessionEvent]]) -> Batch:
@@ -71,9 +76,18 @@ class CodecActor:
         self._stopped = trio.Event()
         self._in_round = False
         """The actor's task is writing a round: an inline barrier would overtake it."""
-        self._inline = store if type(store) is MemoryStore else None
-        """The plain memory store commits without waiting: barriers with nothing queued
-        ahead of them are written by their caller (a subclass may wait: it never is)."""
+        self._inline: MemoryStore | SqliteStore | None = None
+        if isinstance(store, (MemoryStore, SqliteStore)) and type(store) in _INLINE_STORES:
+            self._inline = store
+        """A plain memory or SQLite store can commit without waiting (SQLite: a small
+        inline commit, when it can run): barriers with nothing queued ahead of them are
+        then written by their caller (a subclass may wait: it never is)."""
+        self._inline_always = type(store) is MemoryStore
+        """Commits that cost nothing go inline whenever they may. A SQLite commit has a
+        fixed cost: only a session that wrote the last round alone goes inline, so that
+        concurrent loops still share a group commit instead of taking one each."""
+        self._sole_writer: str | None = None
+        """The session that wrote the last round (inline or not) alone, if one did."""
 
     # the actor ------------------------------------------------------------------------
 
@@ -118,6 +132,7 @@ class CodecActor:
 
     async def _round(self, batch: list[_Message]) -> None:
         writes, barriers = self._plan(batch)
+        self._sole_writer = next(iter(writes)) if len(writes) == 1 else None
         if writes and self._failure is None:
             try:
                 await self.store.append_batch(_batch(writes))
@@ -262,26 +277,36 @@ class CodecActor:
         """Submit and wait until durable (a barrier of `session_id`, see `flush`)."""
         reply: Reply[None] = Reply()
         submit = _Submit(session_id, tuple(events), reply)
-        if self._inline is not None and not self._in_round and self._queue_empty():
+        if (
+            self._inline is not None
+            and (self._inline_always or self._sole_writer == session_id)
+            and not self._in_round
+            and self._queue_empty()
+        ):
             # Nothing is queued or being written: this round alone is next in line, and
-            # the in-memory commit never waits, so it runs here, whole, with no task hop.
+            # an inline commit never waits, so it runs here, whole, with no task hop.
             self._check_open()
-            self._inline_round(self._inline, submit)
-        else:
-            await self._send_message(submit)
+            if self._inline_round(self._inline, submit):
+                await reply.wait()
+                return
+        await self._send_message(submit)
         await reply.wait()
 
     def _queue_empty(self) -> bool:
         return self._receive.statistics().current_buffer_used == 0
 
-    def _inline_round(self, store: MemoryStore, submit: _Submit) -> None:
+    def _inline_round(self, store: MemoryStore | SqliteStore, submit: _Submit) -> bool:
+        """The round of `submit` alone, here; False when the store cannot commit it without
+        waiting (nothing was written or answered: the caller queues it)."""
         writes, barriers = self._plan([submit])
         if writes:
             try:
-                store.append_batch_now(_batch(writes))
+                if not store.append_batch_now(_batch(writes)):
+                    return False
             except Exception as exc:
                 self._failed(writes, exc)
         self._answer(barriers)
+        return True
 
     async def aclose(self) -> None:
         """Write everything queued, then stop; raises StoreError if anything is not durable."""

@@ -182,7 +182,7 @@ def event_rows(session_id: str, events: Iterable[SessionEvent]) -> list[EventRow
     key_crc = _key_crc(session_id)
     crc32 = zlib.crc32
     encode = encode_event
-    rows = []
+    rows: list[EventRow] = []
     append = rows.append
     for event in events:
         seq = event.seq

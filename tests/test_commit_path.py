@@ -1,7 +1,8 @@
 """The SQLite group-commit path's shortcuts: rows built in one loop are the canonical
 encoding and checksum, a batch of leased sessions with remembered tails refuses exactly what
-the checked path refuses and stores the same bytes, and the busy timeout inline commits turn
-off is back for every piece of thread work."""
+the checked path refuses and stores the same bytes, the busy timeout inline commits turn
+off is back for every piece of thread work, and a lone writer's barrier committed in its
+caller writes and refuses what the actor's round does."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 from session_logs import closed_log, tool_turn
 
+from actorloop.actors.codec import CodecActor
 from actorloop.codecs.converter import encode_event
 from actorloop.codecs.rows import event_crc, event_rows
 from actorloop.runtime.errors import (
@@ -19,9 +23,12 @@ from actorloop.runtime.errors import (
     InvalidSessionId,
     SessionBusy,
     SessionValidationError,
+    SessionWriteError,
+    StoreError,
 )
 from actorloop.runtime.session import Session
 from actorloop.runtime.stores import SqliteStore
+from actorloop.runtime.stores.base import Batch
 
 
 def test_event_rows_are_the_canonical_encoding_and_its_checksum() -> None:
@@ -118,4 +125,144 @@ async def test_thread_work_waits_for_the_write_lock_after_inline_commits(tmp_pat
         assert set(seen_inline) == {0}
     finally:
         lease.release()
+        await store.close()
+
+
+# the codec actor on SQLite: a lone writer's barrier commits in its caller -------------
+
+
+def counted_rounds(store: SqliteStore) -> list[int]:
+    """The sessions of every `append_batch` (an actor's round) the store gets from now on."""
+    calls: list[int] = []
+    plain = store.append_batch
+
+    async def counted(batch: Batch) -> None:
+        calls.append(len(batch))
+        await plain(batch)
+
+    store.append_batch = counted  # type: ignore[method-assign]
+    return calls
+
+
+async def test_a_lone_sqlite_barrier_commits_in_its_caller_with_the_actors_bytes(
+    tmp_path: Path,
+) -> None:
+    log = closed_log("s", 3)
+    rounds = {}
+    for name, synchronous in (("caller", "NORMAL"), ("actor", "FULL")):  # FULL never inline
+        store = SqliteStore(tmp_path / f"{name}.db", synchronous=synchronous)
+        calls = counted_rounds(store)
+        lease = store.claim("s")
+        await store.create(log.meta)
+        async with trio.open_nursery() as nursery:
+            actor = CodecActor(store)
+            await nursery.start(actor.run)
+            for start in range(0, len(log), 5):
+                await actor.persist("s", log.events[start : start + 5])
+            await actor.aclose()
+        rounds[name] = len(calls)
+        lease.release()
+        await store.close()
+    barriers = -(-len(log) // 5)
+    # Only the first barrier went through the actor's round (it made "s" the sole writer).
+    assert rounds == {"caller": 1, "actor": barriers}
+    assert stored(tmp_path / "caller.db", "s") == stored(tmp_path / "actor.db", "s")
+    assert len(stored(tmp_path / "caller.db", "s")) == len(log)
+
+
+async def test_a_sqlite_barrier_waits_behind_submits_queued_before_it(tmp_path: Path) -> None:
+    log = closed_log("one", 2)
+    store = SqliteStore(tmp_path / "s.db")
+    lease = store.claim("one")
+    try:
+        await store.create(log.meta)
+        await store.append("one", log.events[:1])  # the connection is open: inline is possible
+        actor = CodecActor(store)
+        await actor.submit("one", log.events[1:4])  # queued: the actor has not started yet
+        persisted = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def barrier() -> None:
+                await actor.persist("one", log.events[4:])
+                persisted.set()
+
+            nursery.start_soon(barrier)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not persisted.is_set()  # it did not overtake the queued submit
+            await nursery.start(actor.run)
+            await persisted.wait()
+            await actor.aclose()
+        assert (await store.load("one", lease=lease))[1] == log.events
+    finally:
+        lease.release()
+        await store.close()
+
+
+async def test_a_lone_sqlite_barrier_reports_its_own_sessions_failure_only(
+    tmp_path: Path,
+) -> None:
+    logs = {name: closed_log(name, 1) for name in ("a", "b")}
+    store = SqliteStore(tmp_path / "s.db")
+    leases = [store.claim(name) for name in logs]
+    for log in logs.values():
+        await store.create(log.meta)
+    await store.append("a", ())  # opens the connection
+    async with trio.open_nursery() as nursery:
+        actor = CodecActor(store)
+        await nursery.start(actor.run)
+        before = store._inline_commits
+        with pytest.raises(SessionWriteError) as refused:
+            await actor.persist("a", logs["a"].events[1:])  # does not continue the empty tail
+        assert refused.value.session_id == "a"
+        assert isinstance(refused.value.__cause__, SessionValidationError)
+        await actor.persist("b", logs["b"].events)  # the other session is unaffected
+        await actor.persist("a", logs["a"].events)  # reported once: "a" writes again
+        assert store._inline_commits > before  # these barriers committed in their callers
+        assert (await store.load("a", lease=leases[0]))[1] == logs["a"].events
+        assert (await store.load("b", lease=leases[1]))[1] == logs["b"].events
+        for lease in leases:
+            lease.release()
+        await store.close()
+        with pytest.raises(StoreError):
+            await actor.persist("b", closed_log("b", 2).events[13:])  # the store failed
+        with pytest.raises(StoreError):
+            await actor.submit("b", ())  # ... and the actor fails closed from then on
+        nursery.cancel_scope.cancel()
+
+
+async def test_concurrent_sqlite_writers_still_share_group_commits(tmp_path: Path) -> None:
+    logs = {f"s{index}": closed_log(f"s{index}", 2) for index in range(10)}
+    store = SqliteStore(tmp_path / "s.db")
+    leases = [store.claim(name) for name in logs]
+    commits = counted_rounds(store)
+    try:
+        for log in logs.values():
+            await store.create(log.meta)
+        async with trio.open_nursery() as nursery:
+            actor = CodecActor(store)
+            await nursery.start(actor.run)
+
+            async def loop(name: str) -> None:
+                events = logs[name].events
+                for start in range(0, len(events), 5):
+                    await actor.persist(name, events[start : start + 5])
+
+            async with trio.open_nursery() as loops:
+                for name in logs:
+                    loops.start_soon(loop, name)
+            await actor.aclose()
+        barriers = sum(-(-len(log) // 5) for log in logs.values())
+        # After the first barrier (committed alone), every round holds all ten loops.
+        assert len(commits) <= barriers // len(logs) + 2
+        assert max(commits) == len(logs)
+        for name, log in logs.items():
+            assert stored(tmp_path / "s.db", name) == [
+                (name, event.seq, event.type, event.time, encode_event(event), crc)
+                for event, (*_, crc) in zip(
+                    log.events, stored(tmp_path / "s.db", name), strict=True
+                )
+            ]
+    finally:
+        for lease in leases:
+            lease.release()
         await store.close()

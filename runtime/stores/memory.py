@@ -91,9 +91,10 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         self.append_batch_now(batch)
 
-    def append_batch_now(self, batch: Batch) -> None:
+    def append_batch_now(self, batch: Batch) -> bool:
         """`append_batch` without its checkpoint: nothing here waits, so a caller on the trio
-        thread can commit without a schedule point (the codec actor's inline barrier)."""
+        thread can commit without a schedule point (the codec actor's inline barrier).
+        Always True: committed (as `SqliteStore.append_batch_now`, which may decline)."""
         if self._closed:
             raise StoreError("memory store is closed")
         # Check each session before changing it: a refused session leaves no trace, the
@@ -111,6 +112,7 @@ class MemoryStore:
                 continue
             record.events.extend(events)
         raise_failures(failures)
+        return True
 
     async def flush(self, session_id: str | None = None) -> None:
         await trio.lowlevel.checkpoint()
