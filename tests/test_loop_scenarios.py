@@ -610,15 +610,24 @@ async def test_cancel_while_tool_runs_records_its_result_and_closes_the_step() -
         await trio.sleep_forever()
         return "never"
 
+    async def hold_b(agent: Any, info: Any, next: Any) -> Any:
+        # "b" is still on its way to dispatch when the turn is cancelled, however quickly
+        # the barrier before a tool body returns.
+        if info.call_id == "b":
+            await trio.sleep_forever()
+        return await next()
+
     provider = ScriptedProvider([tool_calls(("a", "slow", {}), ("b", "slow", {})), reply("ok")])
     async with open_runtime(provider) as rt:
         agent = await rt.spawn(
             attrs.evolve(OPTIONS, tools=(Tool("slow", "", {"type": "object"}, slow),))
         )
+        unsubscribe = agent.on("tools/pre-execute", hold_b)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(agent.send, "go")
             await started.wait()
             agent.cancel()
+        unsubscribe()
         codes = [e.data.error.code for e in events_of(agent, "tool/result")]
         assert codes == ["TOOL_CANCELLED", "TOOL_ABORTED_BEFORE_DISPATCH"]
         kinds = types_of(agent.session.events)
