@@ -85,7 +85,9 @@ class Mailbox(Generic[M]):
         self._queue: deque[M] = deque()
         self._closed = False
         self._receivers = trio.lowlevel.ParkingLot()
-        self._senders = trio.lowlevel.ParkingLot()
+        # Senders park only on a full mailbox, which most never are: their lot is created
+        # by the first sender that waits (thousands of idle actors each hold a mailbox).
+        self._senders: trio.lowlevel.ParkingLot | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -111,6 +113,8 @@ class Mailbox(Generic[M]):
         """Queue `message`, waiting while the mailbox is full (a cancel queues nothing)."""
         await trio.lowlevel.checkpoint()
         while not self._closed and len(self._queue) >= self._capacity:
+            if self._senders is None:
+                self._senders = trio.lowlevel.ParkingLot()
             await self._senders.park()
         self.send_nowait(message)
 
@@ -119,7 +123,7 @@ class Mailbox(Generic[M]):
         for index, queued in enumerate(self._queue):
             if queued is message:
                 del self._queue[index]
-                self._senders.unpark()
+                self._unpark_sender()
                 return True
         return False
 
@@ -127,15 +131,22 @@ class Mailbox(Generic[M]):
         """The next message; trio.WouldBlock if none, trio.EndOfChannel once closed and
         drained."""
         if self._queue:
-            self._senders.unpark()
+            self._unpark_sender()
             return self._queue.popleft()
         if self._closed:
             raise trio.EndOfChannel
         raise trio.WouldBlock
 
+    def _unpark_sender(self) -> None:
+        if self._senders is not None:
+            self._senders.unpark()
+
     async def receive(self) -> M:
         """Wait for the next message; trio.EndOfChannel once closed and drained."""
-        await trio.lowlevel.checkpoint()
+        # Parking is itself a checkpoint: the explicit one is only for a message already
+        # queued, so an idle actor parks at once instead of taking a scheduler round first.
+        if self._queue or self._closed:
+            await trio.lowlevel.checkpoint()
         while not self._queue and not self._closed:
             await self._receivers.park()
         # No checkpoint between taking the message and returning it: whoever looks at the
@@ -146,16 +157,23 @@ class Mailbox(Generic[M]):
         """No more sends; the actor still receives what is queued, then iteration ends."""
         self._closed = True
         self._receivers.unpark_all()
-        self._senders.unpark_all()
+        if self._senders is not None:
+            self._senders.unpark_all()
 
     def __aiter__(self) -> Mailbox[M]:
         return self
 
     async def __anext__(self) -> M:
-        try:
-            return await self.receive()
-        except trio.EndOfChannel:
-            raise StopAsyncIteration from None
+        # `receive` written out rather than awaited: every idle actor is parked here, and
+        # its await chain (kept for as long as it idles) is one coroutine frame shorter.
+        if self._queue or self._closed:
+            await trio.lowlevel.checkpoint()
+        while not self._queue and not self._closed:
+            await self._receivers.park()
+        if self._queue:
+            self._unpark_sender()
+            return self._queue.popleft()
+        raise StopAsyncIteration
 
 
 class _Cell:
@@ -166,7 +184,8 @@ class _Cell:
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
         self.mailbox: Mailbox[Any] = Mailbox(capacity)
-        self.pending: set[Reply[Any]] = set()
+        self.pending: set[Reply[Any]] | None = None
+        """Replies asked for and not yet answered; created by the first `ask`."""
         self.failure: BaseException | None = None
         self.ended = trio.Event()
 
@@ -176,6 +195,8 @@ class _Cell:
         return error
 
     def fail_pending(self) -> None:
+        if not self.pending:
+            return
         problem = "failed before answering" if self.failure else "stopped before answering"
         for reply in tuple(self.pending):
             if not reply.answered:
@@ -225,12 +246,15 @@ class ActorRef(Generic[M]):
         ends (stops or fails) before answering.
         """
         reply: Reply[R] = Reply()
-        self._cell.pending.add(reply)
+        pending = self._cell.pending
+        if pending is None:
+            pending = self._cell.pending = set()
+        pending.add(reply)
         try:
             await self.tell(make_message(reply))
             return await reply.wait()
         finally:
-            self._cell.pending.discard(reply)
+            pending.discard(reply)
 
 
 class Supervisor:
