@@ -239,6 +239,11 @@ class ActorRef(Generic[M]):
         """Take back `message` if the actor has not received it yet; whether it was queued."""
         return self._cell.mailbox.withdraw(message)
 
+    async def stop(self) -> None:
+        """Close the actor's mailbox (it drains what is queued) and wait for it to end."""
+        self._cell.mailbox.close()
+        await self._cell.ended.wait()
+
     async def ask(self, make_message: Callable[[Reply[R]], M]) -> R:
         """Send a message carrying a fresh Reply and await the answer.
 
@@ -313,9 +318,7 @@ class Supervisor:
 
     async def stop(self, ref: ActorRef[Any]) -> None:
         """Close the actor's mailbox (it drains what is queued) and wait for it to end."""
-        cell = ref._cell
-        cell.mailbox.close()
-        await cell.ended.wait()
+        await ref.stop()
 
     async def _run(self, cell: _Cell, body: Callable[[Mailbox[Any]], Awaitable[None]]) -> None:
         try:

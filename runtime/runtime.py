@@ -8,7 +8,6 @@ import logging
 import resource
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import trio
@@ -403,7 +402,7 @@ class Runtime:
         mailbox = self._supervisor.spawn(
             f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
         )
-        loop.attach(mailbox, partial(self._supervisor.stop, mailbox))
+        loop.attach(mailbox, mailbox.stop)
         # Not a cancel point: once spawned, the loop is registered and must reach its
         # caller, who owns disposing it; a cancel here would leave a live agent nobody
         # holds. The loop sets `started` in its first step, before it first awaits, so a
