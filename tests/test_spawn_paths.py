@@ -79,6 +79,45 @@ async def test_a_parked_receiver_wakes_for_a_message_and_for_close() -> None:
     assert got == ["a"]
 
 
+async def test_parked_receivers_are_served_in_order_and_a_cancelled_one_leaves_the_line() -> None:
+    mailbox: Mailbox[int] = Mailbox(8)
+    got: list[tuple[str, int]] = []
+    scopes: dict[str, trio.CancelScope] = {}
+
+    async def receiver(name: str) -> None:
+        with trio.CancelScope() as scope:
+            scopes[name] = scope
+            got.append((name, await mailbox.receive()))
+
+    async with trio.open_nursery() as nursery:
+        for name in ("a", "b", "c"):
+            nursery.start_soon(receiver, name)
+            await trio.testing.wait_all_tasks_blocked()  # parked in this order
+        scopes["b"].cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        mailbox.send_nowait(1)
+        mailbox.send_nowait(2)
+    assert got == [("a", 1), ("c", 2)]
+    assert len(mailbox) == 0
+
+
+async def test_close_wakes_every_parked_receiver() -> None:
+    mailbox: Mailbox[int] = Mailbox(8)
+    ended: list[str] = []
+
+    async def receiver(name: str) -> None:
+        with pytest.raises(trio.EndOfChannel):
+            await mailbox.receive()
+        ended.append(name)
+
+    async with trio.open_nursery() as nursery:
+        for name in ("a", "b"):
+            nursery.start_soon(receiver, name)
+        await trio.testing.wait_all_tasks_blocked()
+        mailbox.close()
+    assert sorted(ended) == ["a", "b"]
+
+
 async def test_a_sender_waiting_on_a_full_mailbox_wakes_on_withdraw_and_on_close() -> None:
     mailbox: Mailbox[str] = Mailbox(1)
     mailbox.send_nowait("queued")
