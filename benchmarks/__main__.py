@@ -33,6 +33,7 @@ MODULES = (
     "bench_runtime",
     "bench_spawn",
     "bench_compaction",
+    "bench_gate",
     "bench_cache",
     "bench_serve",
     "bench_codec_peers",
