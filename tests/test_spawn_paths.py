@@ -95,7 +95,10 @@ async def test_parked_receivers_are_served_in_order_and_a_cancelled_one_leaves_t
             await trio.testing.wait_all_tasks_blocked()  # parked in this order
         scopes["b"].cancel()
         await trio.testing.wait_all_tasks_blocked()
+        # One at a time: a send wakes the first receiver in line, but two woken receivers
+        # take the queued messages in whatever order the scheduler runs them.
         mailbox.send_nowait(1)
+        await trio.testing.wait_all_tasks_blocked()
         mailbox.send_nowait(2)
     assert got == [("a", 1), ("c", 2)]
     assert len(mailbox) == 0
