@@ -5,7 +5,8 @@ Run from the repository root:
 
     python -m benchmarks.bench_spawn [--quick] [--baseline DIR|REV] [--rounds R]
 
-Writes benchmarks/results/spawn.json and spawn.md (`--quick` writes spawn-quick.*).
+Writes benchmarks/results/spawn.json and spawn.md (`--quick` writes spawn-quick.*; `--name`
+chooses another stem).
 
 * Each measurement is a fresh process: `Runtime.open` on the store (`sqlite:` in a temporary
   directory, `synchronous=NORMAL`), one warm-up spawn (it opens the database), then N
@@ -298,6 +299,9 @@ def main() -> None:
     parser.add_argument(
         "--sizes", type=int, nargs="+", default=None, help="agent counts (default 300 2000 10000)"
     )
+    parser.add_argument(
+        "--name", default="spawn", help="result file stem (default spawn: spawn.json, spawn.md)"
+    )
     parser.add_argument("--child", nargs=2, metavar=("STORE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -309,9 +313,9 @@ def main() -> None:
     command = "python -m benchmarks.bench_spawn " + " ".join(sys.argv[1:])
     suffix = "-quick" if args.quick else ""
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"spawn{suffix}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{args.name}{suffix}.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report, command.strip())
-    (RESULTS / f"spawn{suffix}.md").write_text(text)
+    (RESULTS / f"{args.name}{suffix}.md").write_text(text)
     print(text)
 
 
