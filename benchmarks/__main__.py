@@ -31,6 +31,7 @@ MODULES = (
     "bench_loop",
     "bench_floor",
     "bench_runtime",
+    "bench_spawn",
     "bench_compaction",
     "bench_gate",
     "bench_cache",

@@ -84,8 +84,13 @@ class Mailbox(Generic[M]):
         self._capacity = capacity
         self._queue: deque[M] = deque()
         self._closed = False
-        self._receivers = trio.lowlevel.ParkingLot()
-        self._senders = trio.lowlevel.ParkingLot()
+        # Receivers waiting, first come first served. Not a trio ParkingLot: every idle
+        # actor is parked here for as long as it idles, and a lot (its dict and list, the
+        # `park` frame) was a fifth of what an idle actor's kernel state kept alive.
+        self._receivers: list[trio.lowlevel.Task] = []
+        # Senders park only on a full mailbox, which most never are: their lot is created
+        # by the first sender that waits (thousands of idle actors each hold a mailbox).
+        self._senders: trio.lowlevel.ParkingLot | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -105,12 +110,15 @@ class Mailbox(Generic[M]):
         if len(self._queue) >= self._capacity:
             raise trio.WouldBlock
         self._queue.append(message)
-        self._receivers.unpark()
+        if self._receivers:
+            trio.lowlevel.reschedule(self._receivers.pop(0))
 
     async def send(self, message: M) -> None:
         """Queue `message`, waiting while the mailbox is full (a cancel queues nothing)."""
         await trio.lowlevel.checkpoint()
         while not self._closed and len(self._queue) >= self._capacity:
+            if self._senders is None:
+                self._senders = trio.lowlevel.ParkingLot()
             await self._senders.park()
         self.send_nowait(message)
 
@@ -119,7 +127,7 @@ class Mailbox(Generic[M]):
         for index, queued in enumerate(self._queue):
             if queued is message:
                 del self._queue[index]
-                self._senders.unpark()
+                self._unpark_sender()
                 return True
         return False
 
@@ -127,17 +135,37 @@ class Mailbox(Generic[M]):
         """The next message; trio.WouldBlock if none, trio.EndOfChannel once closed and
         drained."""
         if self._queue:
-            self._senders.unpark()
+            self._unpark_sender()
             return self._queue.popleft()
         if self._closed:
             raise trio.EndOfChannel
         raise trio.WouldBlock
 
+    def _unpark_sender(self) -> None:
+        if self._senders is not None:
+            self._senders.unpark()
+
+    def _park_receiver(self) -> Callable[[Any], trio.lowlevel.Abort]:
+        """Queue the current task as a receiver; the abort function for its wait (a
+        cancelled receiver leaves the queue, and the cancel is delivered)."""
+        task = trio.lowlevel.current_task()
+        self._receivers.append(task)
+        task.custom_sleep_data = self._receivers
+
+        def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
+            task.custom_sleep_data.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return abort
+
     async def receive(self) -> M:
         """Wait for the next message; trio.EndOfChannel once closed and drained."""
-        await trio.lowlevel.checkpoint()
+        # Parking is itself a checkpoint: the explicit one is only for a message already
+        # queued, so an idle actor parks at once instead of taking a scheduler round first.
+        if self._queue or self._closed:
+            await trio.lowlevel.checkpoint()
         while not self._queue and not self._closed:
-            await self._receivers.park()
+            await trio.lowlevel.wait_task_rescheduled(self._park_receiver())
         # No checkpoint between taking the message and returning it: whoever looks at the
         # mailbox meanwhile sees it either queued or handed over, never in between.
         return self.receive_nowait()
@@ -145,30 +173,57 @@ class Mailbox(Generic[M]):
     def close(self) -> None:
         """No more sends; the actor still receives what is queued, then iteration ends."""
         self._closed = True
-        self._receivers.unpark_all()
-        self._senders.unpark_all()
+        receivers, self._receivers = self._receivers, []
+        for task in receivers:
+            trio.lowlevel.reschedule(task)
+        if self._senders is not None:
+            self._senders.unpark_all()
 
     def __aiter__(self) -> Mailbox[M]:
         return self
 
     async def __anext__(self) -> M:
-        try:
-            return await self.receive()
-        except trio.EndOfChannel:
-            raise StopAsyncIteration from None
+        # `receive` written out rather than awaited: every idle actor is parked here, and
+        # its await chain (kept for as long as it idles) is one coroutine frame shorter.
+        if self._queue or self._closed:
+            await trio.lowlevel.checkpoint()
+        while not self._queue and not self._closed:
+            await trio.lowlevel.wait_task_rescheduled(self._park_receiver())
+        if self._queue:
+            self._unpark_sender()
+            return self._queue.popleft()
+        raise StopAsyncIteration
 
 
 class _Cell:
     """The supervisor's record of one actor: its mailbox, pending asks and end state."""
 
-    __slots__ = ("ended", "failure", "mailbox", "name", "pending")
+    __slots__ = ("_end_waiters", "ended", "failure", "mailbox", "name", "pending")
 
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
         self.mailbox: Mailbox[Any] = Mailbox(capacity)
-        self.pending: set[Reply[Any]] = set()
+        self.pending: set[Reply[Any]] | None = None
+        """Replies asked for and not yet answered; created by the first `ask`."""
         self.failure: BaseException | None = None
-        self.ended = trio.Event()
+        self.ended = False
+        # An event only once someone waits for the end (`stop`): most actors' ends are
+        # never awaited, and thousands of idle actors would each hold one.
+        self._end_waiters: trio.Event | None = None
+
+    def mark_ended(self) -> None:
+        self.ended = True
+        if self._end_waiters is not None:
+            self._end_waiters.set()
+
+    async def wait_ended(self) -> None:
+        """Wait until the actor has ended (a checkpoint, like `trio.Event.wait`)."""
+        if self.ended:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._end_waiters is None:
+            self._end_waiters = trio.Event()
+        await self._end_waiters.wait()
 
     def stopped_error(self, problem: str) -> ActorStopped:
         error = ActorStopped(self.name, problem)
@@ -176,6 +231,8 @@ class _Cell:
         return error
 
     def fail_pending(self) -> None:
+        if not self.pending:
+            return
         problem = "failed before answering" if self.failure else "stopped before answering"
         for reply in tuple(self.pending):
             if not reply.answered:
@@ -194,7 +251,7 @@ class ActorRef(Generic[M]):
 
     @property
     def alive(self) -> bool:
-        return not self._cell.ended.is_set()
+        return not self._cell.ended
 
     async def tell(self, message: M) -> None:
         """Enqueue `message`, waiting while the mailbox is full (backpressure)."""
@@ -218,6 +275,11 @@ class ActorRef(Generic[M]):
         """Take back `message` if the actor has not received it yet; whether it was queued."""
         return self._cell.mailbox.withdraw(message)
 
+    async def stop(self) -> None:
+        """Close the actor's mailbox (it drains what is queued) and wait for it to end."""
+        self._cell.mailbox.close()
+        await self._cell.wait_ended()
+
     async def ask(self, make_message: Callable[[Reply[R]], M]) -> R:
         """Send a message carrying a fresh Reply and await the answer.
 
@@ -225,12 +287,15 @@ class ActorRef(Generic[M]):
         ends (stops or fails) before answering.
         """
         reply: Reply[R] = Reply()
-        self._cell.pending.add(reply)
+        pending = self._cell.pending
+        if pending is None:
+            pending = self._cell.pending = set()
+        pending.add(reply)
         try:
             await self.tell(make_message(reply))
             return await reply.wait()
         finally:
-            self._cell.pending.discard(reply)
+            pending.discard(reply)
 
 
 class Supervisor:
@@ -280,7 +345,7 @@ class Supervisor:
                 f"actor {name!r}: capacity must be an int >= 1 (mailboxes are bounded)"
             )
         existing = self._cells.get(name)
-        if existing is not None and not existing.ended.is_set():
+        if existing is not None and not existing.ended:
             raise ValueError(f"an actor named {name!r} is already running")
         cell = _Cell(name, capacity)
         self._cells[name] = cell
@@ -289,9 +354,7 @@ class Supervisor:
 
     async def stop(self, ref: ActorRef[Any]) -> None:
         """Close the actor's mailbox (it drains what is queued) and wait for it to end."""
-        cell = ref._cell
-        cell.mailbox.close()
-        await cell.ended.wait()
+        await ref.stop()
 
     async def _run(self, cell: _Cell, body: Callable[[Mailbox[Any]], Awaitable[None]]) -> None:
         try:
@@ -304,7 +367,7 @@ class Supervisor:
         finally:
             cell.mailbox.close()
             cell.fail_pending()
-            cell.ended.set()
+            cell.mark_ended()
             if self._cells.get(cell.name) is cell:
                 del self._cells[cell.name]
 

@@ -8,7 +8,6 @@ import logging
 import resource
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import trio
@@ -403,11 +402,14 @@ class Runtime:
         mailbox = self._supervisor.spawn(
             f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
         )
-        loop.attach(mailbox, partial(self._supervisor.stop, mailbox))
-        # Shielded: once spawned, the loop is registered and must reach its caller, who owns
-        # disposing it; a cancel here would leave a live agent nobody holds.
-        with trio.CancelScope(shield=True):
-            await loop.started.wait()
+        loop.attach(mailbox, mailbox.stop)
+        # Not a cancel point: once spawned, the loop is registered and must reach its
+        # caller, who owns disposing it; a cancel here would leave a live agent nobody
+        # holds. The loop sets `started` in its first step, before it first awaits, so a
+        # schedule point or two (the order within a scheduler batch is random) lets it run
+        # - without the shielded cancel scope and event wait this took before (~10 µs).
+        while not loop.started.is_set() and mailbox.alive:
+            await trio.lowlevel.cancel_shielded_checkpoint()
         self.collector.after_start()
         return loop.agent
 

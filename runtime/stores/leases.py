@@ -50,22 +50,25 @@ def busy_error(session_id: str, detail: str = "") -> SessionBusy:
 class Lease:
     """Proof that its holder is the single writer of one session until `release()`."""
 
-    __slots__ = ("_release", "session_id")
+    # The table and the lock token are held here (not a bound release method and a table
+    # entry per lease): every live agent holds a lease.
+    __slots__ = ("_table", "_token", "session_id")
 
-    def __init__(self, session_id: str, release: Callable[[Lease], None]) -> None:
+    def __init__(self, session_id: str, table: LeaseTable, token: object) -> None:
         self.session_id = session_id
-        self._release: Callable[[Lease], None] | None = release
+        self._table: LeaseTable | None = table
+        self._token = token
 
     @property
     def held(self) -> bool:
         """Whether this lease is still held (not released)."""
-        return self._release is not None
+        return self._table is not None
 
     def release(self) -> None:
         """Give the session up (idempotent)."""
-        release, self._release = self._release, None
-        if release is not None:
-            release(self)
+        table, self._table = self._table, None
+        if table is not None:
+            table._release(self)
 
     def __enter__(self) -> Lease:
         return self
@@ -257,7 +260,7 @@ class LeaseTable:
 
     def __init__(self, locker: Locker | None = None) -> None:
         self._locker = locker
-        self._held: dict[str, tuple[Lease, object]] = {}
+        self._held: dict[str, Lease] = {}
         # Stores check leases from worker threads while `claim` runs on the trio thread.
         self._mutex = threading.Lock()
 
@@ -276,18 +279,15 @@ class LeaseTable:
                 token = self._locker.acquire(session_id)
                 if token is None:
                     return None
-            lease = Lease(session_id, self._release)
-            self._held[session_id] = (lease, token)
+            lease = self._held[session_id] = Lease(session_id, self, token)
             return lease
 
     def holds(self, lease: Lease | None, session_id: str) -> bool:
-        entry = self._held.get(session_id)
-        return lease is not None and entry is not None and entry[0] is lease
+        return lease is not None and self._held.get(session_id) is lease
 
     def lease_of(self, session_id: str) -> Lease | None:
         """The lease this store instance holds on `session_id`, if any."""
-        entry = self._held.get(session_id)
-        return None if entry is None else entry[0]
+        return self._held.get(session_id)
 
     def held_here(self, session_id: str) -> bool:
         """Whether this store instance holds a lease on `session_id`."""
@@ -295,15 +295,14 @@ class LeaseTable:
 
     def _release(self, lease: Lease) -> None:
         with self._mutex:
-            entry = self._held.get(lease.session_id)
-            if entry is None or entry[0] is not lease:
+            if self._held.get(lease.session_id) is not lease:
                 return
             del self._held[lease.session_id]
             if self._locker is not None:
-                self._locker.release(lease.session_id, entry[1])
+                self._locker.release(lease.session_id, lease._token)
 
     def release_all(self) -> None:
-        for lease, _token in tuple(self._held.values()):
+        for lease in tuple(self._held.values()):
             lease.release()
 
     @contextmanager

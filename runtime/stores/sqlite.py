@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from actorloop.codecs.jsonvalue import FrozenDict
 from actorloop.codecs.rows import (
     EventRow,
     event_crc,
@@ -60,7 +61,7 @@ from actorloop.runtime.errors import (
     StoreUrlError,
 )
 from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.meta import DamagedSession
+from actorloop.runtime.meta import FORMAT_VERSION, DamagedSession
 from actorloop.runtime.session import SessionMeta
 from actorloop.runtime.stores.base import (
     Batch,
@@ -182,6 +183,25 @@ def _migrate_from_1(db: sqlite3.Connection) -> None:
 
 def _typed(session_id: object, seq: object, raw: object) -> bool:
     return isinstance(session_id, str) and type(seq) is int and isinstance(raw, bytes)
+
+
+def plain_meta(meta: SessionMeta) -> bool:
+    """Whether `meta` is plainly one `meta_from_row` reads back from its own row: fields of
+    exactly the types it accepts, this build's version and no labels (labels are left to
+    the round trip: one nested past the JSON parser's depth would not read back). False
+    decides nothing: `create` then asks `meta_from_row`."""
+    parent, seed = meta.parent_session, meta.seed_length
+    return (
+        type(meta.labels) is FrozenDict
+        and not meta.labels
+        and type(meta.version) is int
+        and meta.version == FORMAT_VERSION
+        and type(meta.created_at) is int
+        and meta.created_at >= 0
+        and (parent is None) == (seed is None)
+        and (parent is None or type(parent) is str)
+        and (seed is None or (type(seed) is int and seed >= 0))
+    )
 
 
 class SqliteStore:
@@ -430,7 +450,10 @@ class SqliteStore:
                     raise
                 raise SessionExists(meta.id) from None
 
-        meta_from_row(row, self._where(meta.id))  # refuse writing an unsupported version
+        if not plain_meta(meta):
+            # Refuse writing what a load could not read back (an unsupported version, a
+            # field of the wrong type), with the load's own error.
+            meta_from_row(row, self._where(meta.id))
 
         def run() -> None:
             with self._lock:
