@@ -17,6 +17,13 @@ def check_session_id(session_id: object) -> str:
     """
     if not isinstance(session_id, str):
         raise InvalidSessionId(f"session id must be a str, got {type(session_id).__name__}")
+    if (
+        _ALLOWED.fullmatch(session_id) is not None
+        and len(session_id) <= MAX_SESSION_ID_LENGTH
+        and not session_id.startswith(".")
+        and ".." not in session_id
+    ):
+        return session_id  # the common case: valid, and no message to build
     shown = repr(session_id[:40]) + ("..." if len(session_id) > 40 else "")
     if not session_id:
         raise InvalidSessionId("session id must not be empty")
