@@ -216,10 +216,18 @@ _fast = DecoderBuilder(
         for tags, tag_key in ((BLOCK_TAGS, "type"), (CHUNK_TAGS, "type"), (OP_TAGS, "op"))
     },
 )
-_fast_data: dict[str, Callable[[Any], Any]] = {
-    name: _fast.decoder(cls) for name, cls in DATA_BY_TYPE.items()
-}
-_fast_event = _fast.decoder(SessionEvent, {"data": ("type", _fast_data)})
+_fast_by_type: dict[str, Callable[[Any], SessionEvent]] = _fast.variants(
+    SessionEvent, "data", "type", DATA_BY_TYPE
+)
+"""The generated decoder of a whole event (envelope and data in one function) by its type."""
+
+
+def _fast_event(body: Any) -> SessionEvent:
+    """The generated decoder of an event object; raises (NotFast, KeyError, ...) where the
+    strict converter must decide."""
+    return _fast_by_type[body["type"]](body)
+
+
 _canonical = CanonicalChecks(
     (tuple(BLOCK_TAGS), tuple(CHUNK_TAGS), tuple(OP_TAGS)),
     EMPTY_IS_ABSENT,
@@ -293,7 +301,7 @@ def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
     """
     if type(body) is dict:
         try:
-            return _fast_event(body)
+            return _fast_by_type[body["type"]](body)
         except Exception:  # NotFast, or any failure: the checked path below decides
             pass
     return _checked_event_from_dict(body, where)
@@ -346,7 +354,7 @@ def decode_event(raw: bytes | str, where: str | None = None) -> SessionEvent:
     try:
         body = orjson.loads(raw)
         if type(body) is dict:
-            return _fast_event(body)
+            return _fast_by_type[body["type"]](body)
     except Exception:  # NotFast, invalid or too deep JSON: the checked path decides
         pass
     try:
