@@ -11,7 +11,7 @@ response-format schemas and `extra_body` — which keeps the key order it was wr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, get_args, get_origin
 
 import cattrs
@@ -217,9 +217,12 @@ _fast = DecoderBuilder(
     },
 )
 _fast_by_type: dict[str, Callable[[Any], SessionEvent]] = _fast.variants(
-    SessionEvent, "data", "type", DATA_BY_TYPE
+    SessionEvent, "data", DATA_BY_TYPE
 )
 """The generated decoder of a whole event (envelope and data in one function) by its type."""
+FAST_DECODERS: Mapping[str, Callable[[Any], SessionEvent]] = _fast_by_type
+"""The generated event decoders by event type, for a reader taking decoded objects one by
+one: a type missing, or any exception, means the input is for `event_from_dict` to decide."""
 
 
 def _fast_event(body: Any) -> SessionEvent:

@@ -111,7 +111,7 @@ class DecoderBuilder:
     ) -> None:
         self._converter = converter
         self._tagged = tagged
-        self._names: dict[tuple[Any, str | None], str] = {}
+        self._names: dict[tuple[Any, Any], str] = {}
         self._sources: list[str] = []
         self._globals: dict[str, Any] = {"NotFast": NotFast, "freeze_object": freeze_object}
         self._counter = itertools.count()
@@ -132,13 +132,11 @@ class DecoderBuilder:
             decode: Decode = self._globals[name]
             return decode
 
-    def variants(
-        self, cls: type, field: str, selector: str, classes: Variants
-    ) -> dict[Any, Decode]:
-        """One decoder of the attrs class `cls` per value of its field `selector`: the one
-        for a value decodes `field` as the class `classes` gives for it, inline. Look the
-        decoder up by the object's selector value (a value with none is a KeyError: the
-        converter decides); each decoder still checks the selector field itself."""
+    def variants(self, cls: type, field: str, classes: Variants) -> dict[Any, Decode]:
+        """One decoder of the attrs class `cls` per key of `classes`, the one for a key
+        decoding `field` as the class `classes` gives for it, inline. The caller looks the
+        decoder up by the value of the field that selects it (a value with none is a
+        KeyError: the converter decides); each decoder still checks every field itself."""
         with self._generating:
             names = {
                 value: self._class_function(cls, None, (field, chosen))
@@ -167,7 +165,7 @@ class DecoderBuilder:
         """Generate `def d_N(o)` for `cls`; with `tag_key` the dict also carries the union
         tag (checked by the union dispatch already); `chosen` decodes one field as a given
         class."""
-        key = (cls, tag_key if chosen is None else f"{chosen[0]}={chosen[1].__qualname__}")
+        key = (cls, tag_key if chosen is None else chosen)
         found = self._names.get(key)
         if found is not None:
             return found
