@@ -154,6 +154,13 @@ class DecoderBuilder:
         self._sources.clear()
         exec(compile(source, "<actorloop generated decoders>", "exec"), self._globals)
 
+    def _default(self, value: Any) -> str:
+        """An expression for a field's default: a literal for None, bools, ints and strings
+        (a constant load), else a module constant."""
+        if value is None or type(value) in (bool, int, str):
+            return repr(value)
+        return self._constant(value, "default")
+
     def _constant(self, value: Any, prefix: str = "k") -> str:
         name = f"_{prefix}{next(self._counter)}"
         self._globals[name] = value
@@ -216,7 +223,7 @@ class DecoderBuilder:
         else:
             lines.append(f"{pad}if len({var}) == {required}:")
             for value, field in optional:
-                lines.append(f"{pad}    {value} = {self._constant(field.default, 'default')}")
+                lines.append(f"{pad}    {value} = {self._default(field.default)}")
             count = f"{var}_n"
             lines += [f"{pad}else:", f"{pad}    {count} = {required}"]
             inner = pad + "    "
@@ -224,7 +231,7 @@ class DecoderBuilder:
                 lines += [
                     f"{inner}{value} = {var}.get({field.name!r}, ABSENT)",
                     f"{inner}if {value} is ABSENT:",
-                    f"{inner}    {value} = {self._constant(field.default, 'default')}",
+                    f"{inner}    {value} = {self._default(field.default)}",
                     f"{inner}else:",
                     f"{inner}    {count} += 1",
                     *self._check(value, field.type, inner + "    ", inlining),
