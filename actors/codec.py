@@ -13,7 +13,8 @@ from attrs import frozen
 from actorloop.runtime.errors import GroupCommitError, SessionWriteError, StoreError
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.kernel import Reply
-from actorloop.runtime.stores.base import Store
+from actorloop.runtime.stores.base import Batch, Store
+from actorloop.runtime.stores.memory import MemoryStore
 
 log = logging.getLogger("actorloop.codec")
 
@@ -36,6 +37,10 @@ class _Barrier:
 
 
 _Message: TypeAlias = _Submit | _Barrier
+
+
+def _batch(writes: dict[str, list[SessionEvent]]) -> Batch:
+    return tuple((session_id, tuple(events)) for session_id, events in writes.items())
 
 
 class CodecActor:
@@ -64,6 +69,11 @@ class CodecActor:
         self._started = False
         self._closing = False
         self._stopped = trio.Event()
+        self._in_round = False
+        """The actor's task is writing a round: an inline barrier would overtake it."""
+        self._inline = store if type(store) is MemoryStore else None
+        """The plain memory store commits without waiting: barriers with nothing queued
+        ahead of them are written by their caller (a subclass may wait: it never is)."""
 
     # the actor ------------------------------------------------------------------------
 
@@ -77,7 +87,11 @@ class CodecActor:
                 task_status.started()
                 try:
                     async for first in self._receive:
-                        await self._round(self._take_round(first))
+                        self._in_round = True
+                        try:
+                            await self._round(self._take_round(first))
+                        finally:
+                            self._in_round = False
                 finally:
                     # Stopped (cancelled) with work queued: whatever was not written must
                     # make every waiting and later barrier fail, not vanish.
@@ -103,6 +117,21 @@ class CodecActor:
                 return pending
 
     async def _round(self, batch: list[_Message]) -> None:
+        writes, barriers = self._plan(batch)
+        if writes and self._failure is None:
+            try:
+                await self.store.append_batch(_batch(writes))
+            except trio.Cancelled:
+                self._abandon(batch)
+                raise
+            except Exception as exc:
+                self._failed(writes, exc)
+        self._answer(barriers)
+
+    def _plan(
+        self, batch: list[_Message]
+    ) -> tuple[dict[str, list[SessionEvent]], list[tuple[str | None, Reply[None]]]]:
+        """The round's writes by session and its barriers, in arrival order."""
         writes: dict[str, list[SessionEvent]] = {}
         barriers: list[tuple[str | None, Reply[None]]] = []
         for message in batch:
@@ -116,36 +145,34 @@ class CodecActor:
                 writes.setdefault(message.session_id, []).extend(message.events)
             if message.reply is not None:
                 barriers.append((message.session_id, message.reply))
-        if writes and self._failure is None:
-            try:
-                await self.store.append_batch(
-                    tuple((session_id, tuple(events)) for session_id, events in writes.items())
-                )
-            except trio.Cancelled:
-                self._abandon(batch)
-                raise
-            except GroupCommitError as exc:
-                for session_id, error in exc.failures:
-                    log.error(
-                        "store %s could not write %d events of session %s; the other %d "
-                        "sessions of the group commit were written",
-                        self.store.url,
-                        len(writes.get(session_id, ())),
-                        session_id,
-                        len(writes) - len(exc.failures),
-                        exc_info=error,
-                    )
-                    self._session_failures.setdefault(session_id, error)
-            except Exception as exc:
-                count = sum(len(events) for events in writes.values())
+        return writes, barriers
+
+    def _failed(self, writes: dict[str, list[SessionEvent]], exc: Exception) -> None:
+        """Record a failed group commit: the sessions it names, or the whole store."""
+        if isinstance(exc, GroupCommitError):
+            for session_id, error in exc.failures:
                 log.error(
-                    "store %s failed on a group commit of %d events for %d sessions",
+                    "store %s could not write %d events of session %s; the other %d "
+                    "sessions of the group commit were written",
                     self.store.url,
-                    count,
-                    len(writes),
-                    exc_info=exc,
+                    len(writes.get(session_id, ())),
+                    session_id,
+                    len(writes) - len(exc.failures),
+                    exc_info=error,
                 )
-                self._failure = exc
+                self._session_failures.setdefault(session_id, error)
+            return
+        count = sum(len(events) for events in writes.values())
+        log.error(
+            "store %s failed on a group commit of %d events for %d sessions",
+            self.store.url,
+            count,
+            len(writes),
+            exc_info=exc,
+        )
+        self._failure = exc
+
+    def _answer(self, barriers: list[tuple[str | None, Reply[None]]]) -> None:
         # Every barrier of a failed session in this round fails (not only the first): all
         # of them were answered after the events that were not written.
         failed = dict(self._session_failures)
@@ -234,8 +261,27 @@ class CodecActor:
     async def persist(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         """Submit and wait until durable (a barrier of `session_id`, see `flush`)."""
         reply: Reply[None] = Reply()
-        await self._send_message(_Submit(session_id, tuple(events), reply))
+        submit = _Submit(session_id, tuple(events), reply)
+        if self._inline is not None and not self._in_round and self._queue_empty():
+            # Nothing is queued or being written: this round alone is next in line, and
+            # the in-memory commit never waits, so it runs here, whole, with no task hop.
+            self._check_open()
+            self._inline_round(self._inline, submit)
+        else:
+            await self._send_message(submit)
         await reply.wait()
+
+    def _queue_empty(self) -> bool:
+        return self._receive.statistics().current_buffer_used == 0
+
+    def _inline_round(self, store: MemoryStore, submit: _Submit) -> None:
+        writes, barriers = self._plan([submit])
+        if writes:
+            try:
+                store.append_batch_now(_batch(writes))
+            except Exception as exc:
+                self._failed(writes, exc)
+        self._answer(barriers)
 
     async def aclose(self) -> None:
         """Write everything queued, then stop; raises StoreError if anything is not durable."""

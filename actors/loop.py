@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal, Protocol, TypeAlias, get_args
@@ -386,6 +387,7 @@ class LoopActor:
         "_appended",
         "_closed",
         "_compactor",
+        "_configured_tools",
         "_disposing",
         "_finished",
         "_flush_lock",
@@ -440,6 +442,8 @@ class LoopActor:
         self.agent = Agent(session, self)
         self.status: AgentStatus = "idle"
         self.current_tools: tuple[ToolSchema, ...] = ()
+        self._configured_tools: tuple[AgentOptions, tuple[Tool, ...]] | None = None
+        """The options' tools in their configured order, for the options they came from."""
         self.session_prefix: tuple[Message, ...] | None = None
         """Composed once per instance before its first pre-step; None until then."""
         self._prefix_chain = b""
@@ -964,10 +968,17 @@ class LoopActor:
         # cancel lands at the checkpoint right after it, before anything is dispatched),
         # and hand-offs are serialized so concurrent barriers reach the codec in seq order.
         with trio.CancelScope(shield=True):
-            async with self._flush_lock:
+            lock = self._flush_lock
+            if lock.locked():
+                await lock.acquire()
+            else:
+                lock.acquire_nowait()  # uncontended: no extra schedule point before persist's
+            try:
                 events = self.session.events_since(self._persisted)
                 self._persisted = len(self.session)
                 await self._persist(self.session.id, events)
+            finally:
+                lock.release()
         await trio.lowlevel.checkpoint_if_cancelled()
 
     # ------------------------------------------------------------------ the turn
@@ -1008,10 +1019,21 @@ class LoopActor:
         `tools/assemble`); the tools' schemas, in this order, are what the header records."""
         sections = await self._seam("system-prompt/assemble", ())
         system = _render_system(self.options.system, sections)
-        configured = _ordered_tools(self.options.tools, self.options.tool_order)
-        tools = _checked_tools(await self._seam("tools/assemble", configured))
-        self.current_tools = tuple(tool.schema for tool in tools)
+        tools = _checked_tools(await self._seam("tools/assemble", self._configured()))
+        schemas = tuple(tool.schema for tool in tools)
+        if len(schemas) != len(self.current_tools) or not all(
+            map(operator.is_, schemas, self.current_tools)
+        ):
+            # Kept when it holds the very same schemas: the header then compares by identity.
+            self.current_tools = schemas
         return system, tools
+
+    def _configured(self) -> tuple[Tool, ...]:
+        options = self.options
+        if self._configured_tools is None or self._configured_tools[0] is not options:
+            ordered = _ordered_tools(options.tools, options.tool_order)
+            self._configured_tools = (options, ordered)
+        return self._configured_tools[1]
 
     async def _session_prefix(self) -> tuple[Message, ...]:
         """This instance's frozen session prefix, composed on first use.

@@ -32,6 +32,7 @@ MODULES = (
     "bench_floor",
     "bench_runtime",
     "bench_compaction",
+    "bench_gate",
     "bench_cache",
     "bench_serve",
     "bench_codec_peers",

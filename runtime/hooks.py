@@ -80,13 +80,19 @@ HOOK_KINDS: dict[str, HookKind] = {
 }
 
 
+Chain: TypeAlias = tuple[Callable[..., Any], ...]
+"""A dispatch chain: the listeners of one hook, in call order (their kind is the hook's)."""
+
+
 class HookRegistry:
     """Listeners by hook name for one scope (the runtime, or one agent)."""
 
-    __slots__ = ("_listeners",)
+    __slots__ = ("_chains", "_listeners")
 
     def __init__(self) -> None:
         self._listeners: dict[str, list[Callable[..., Any]]] = {}
+        self._chains: dict[str, Chain] = {}
+        """Snapshot of each name's listeners, dropped whenever that name's list changes."""
 
     def on(self, name: str, listener: Listener) -> Unsubscribe:
         """Add `listener` for the hook `name`; returns a callable that removes it again."""
@@ -101,27 +107,35 @@ class HookRegistry:
             )
         bucket: list[Callable[..., Any]] = self._listeners.setdefault(name, [])
         bucket.append(listener)
+        self._chains.pop(name, None)
 
         def unsubscribe() -> None:
             if listener in bucket:
                 bucket.remove(listener)
+                self._chains.pop(name, None)
 
         return unsubscribe
 
     def get(self, name: str) -> list[Callable[..., Any]]:
-        """The listeners of `name`, in registration order."""
-        return self._listeners.get(name, [])
+        """The listeners of `name`, in registration order (a copy)."""
+        return list(self.chain(name))
 
-
-Chain: TypeAlias = tuple[Callable[..., Any], ...]
-"""A dispatch chain: the listeners of one hook, in call order (their kind is the hook's)."""
+    def chain(self, name: str) -> Chain:
+        """The listeners of `name` as an immutable snapshot, kept until they change."""
+        chain = self._chains.get(name)
+        if chain is None:
+            chain = self._chains[name] = tuple(self._listeners.get(name, ()))
+        return chain
 
 
 def listeners_for(name: str, *registries: HookRegistry) -> Chain:
     """The dispatch chain for `name`: a snapshot, so (un)subscribing mid-dispatch is safe."""
+    if len(registries) == 2:  # the loop's case (runtime, agent): no list, often no copy
+        first, second = registries[0].chain(name), registries[1].chain(name)
+        return first + second if first and second else first or second
     chain: list[Callable[..., Any]] = []
     for registry in registries:
-        chain.extend(registry.get(name))
+        chain.extend(registry.chain(name))
     return tuple(chain)
 
 
@@ -189,7 +203,7 @@ def run_notify(name: str, chain: Chain, agent: Any, value: Any) -> None:
     for listener in chain:
         try:
             result = listener(agent, value)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 # A coroutine here would never run; close it and say so loudly.
                 result.close()  # type: ignore[attr-defined]
                 raise HookError(f"{name} listeners must be plain functions, not async")

@@ -64,16 +64,15 @@ class Tool:
     """`async def execute(args: dict, ctx: ToolContext) -> str | tuple[Text, ...]`."""
     exclusive: bool = field(default=False, kw_only=True)
     validator: ArgumentsValidator = field(init=False, eq=False, repr=False)
+    schema: ToolSchema = field(init=False, eq=False, repr=False)
+    """What the request header records of this tool (name, description, parameters); one
+    value per tool, so headers built step after step share it and compare without encoding."""
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(
             self, "validator", ArgumentsValidator.compile(self.name, self.parameters)
         )
-
-    @property
-    def schema(self) -> ToolSchema:
-        """What the request header records of this tool (name, description, parameters)."""
-        return ToolSchema(self.name, self.description, self.parameters)
+        object.__setattr__(self, "schema", ToolSchema(self.name, self.description, self.parameters))
 
 
 @frozen

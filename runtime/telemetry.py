@@ -541,8 +541,16 @@ class TracedProvider:
     def model_info(self, model: str) -> ModelInfo | None:
         return self.inner.model_info(model)
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+    def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
         call = self._tracing.start_call(self.name, request)
+        if not call.span.is_recording():
+            # Nothing of this call is recorded (no SDK configured, or sampled out), and a
+            # chat span has no children: the stream needs no wrapper around every chunk.
+            call.end()
+            return self.inner.stream(request)
+        return self._traced(call, request)
+
+    async def _traced(self, call: _Call, request: Request) -> AsyncIterator[StreamChunk]:
         started = time.perf_counter()
         first = True
         try:

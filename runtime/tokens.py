@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from attrs import frozen
+
 from actorloop.codecs.converter import canonical_bytes
 from actorloop.runtime.chunks import TokenUsage
 from actorloop.runtime.events import AssistantMessage, Replace
@@ -76,6 +78,7 @@ class TokenMeter:
         self._anchor: int | None = None
         self._anchor_surface = 0
         self._anchor_key: bytes | None = None
+        self._fixed: _FixedPart | None = None
 
     def surface_tokens(self) -> int:
         session = self._session
@@ -110,22 +113,62 @@ class TokenMeter:
             else (None, (), ())
         )
         anchor = usage.input + usage.cache_read + usage.cache_write + usage.output
-        heuristic = fixed_part_tokens(system, tools, prefix) + self._surface
-        if anchor >= heuristic:
+        fixed = self._fixed_part(system, tools, prefix)
+        if anchor >= fixed.tokens + self._surface:
             self._anchor = anchor
             self._anchor_surface = self._surface
-            self._anchor_key = fixed_part_key(system, tools, prefix)
+            self._anchor_key = fixed.key
         else:
             self._anchor = None
+
+    def _fixed_part(
+        self, system: str | None, tools: Sequence[ToolSchema], prefix: Sequence[Message]
+    ) -> _FixedPart:
+        # A loop passes the very same tools and prefix objects step after step (both
+        # deeply frozen): their hash and price are computed once, not every step.
+        fixed = self._fixed
+        if fixed is None or not fixed.describes(system, tools, prefix):
+            fixed = self._fixed = _FixedPart(
+                system,
+                tools,
+                prefix,
+                fixed_part_key(system, tools, prefix),
+                fixed_part_tokens(system, tools, prefix),
+            )
+        return fixed
 
     def total(
         self, system: str | None, tools: Sequence[ToolSchema], prefix: Sequence[Message]
     ) -> int:
         """Estimated tokens of a request with these fixed parts and the current surface."""
         surface = self.surface_tokens()
-        if self._anchor is not None and self._anchor_key == fixed_part_key(system, tools, prefix):
+        fixed = self._fixed_part(system, tools, prefix)
+        if self._anchor is not None and self._anchor_key == fixed.key:
             return self._anchor + (surface - self._anchor_surface)
-        return fixed_part_tokens(system, tools, prefix) + surface
+        return fixed.tokens + surface
+
+
+@frozen
+class _FixedPart:
+    """The hash and estimated price of one (system, tools, prefix), kept with the objects
+    they were computed from; only exact tuples are trusted to stay as they were."""
+
+    system: str | None
+    tools: Sequence[ToolSchema]
+    prefix: Sequence[Message]
+    key: bytes
+    tokens: int
+
+    def describes(
+        self, system: str | None, tools: Sequence[ToolSchema], prefix: Sequence[Message]
+    ) -> bool:
+        return (
+            self.system == system
+            and self.tools is tools
+            and self.prefix is prefix
+            and type(tools) is tuple
+            and type(prefix) is tuple
+        )
 
 
 def fixed_part_tokens(

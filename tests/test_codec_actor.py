@@ -10,7 +10,7 @@ import trio.testing
 from session_logs import closed_log
 
 from actorloop.actors.codec import CodecActor
-from actorloop.runtime.errors import StoreError
+from actorloop.runtime.errors import SessionWriteError, StoreError
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.session import SessionMeta
 from actorloop.runtime.stores import MemoryStore, open_store
@@ -264,3 +264,49 @@ async def test_a_stopped_actor_fails_waiting_barriers_instead_of_hanging() -> No
     assert len(outcome) == 1
     with pytest.raises(StoreError):
         await actor.submit("a", ())
+
+
+# the plain memory store: barriers with nothing queued ahead are written by their caller --
+
+
+async def test_a_barrier_on_the_memory_store_waits_behind_submits_queued_before_it() -> None:
+    store = MemoryStore()
+    await created(store, "one")
+    events = events_of("one", 2)
+    actor = CodecActor(store)
+    await actor.submit("one", events[:3])  # queued: the actor has not started yet
+    persisted = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def barrier() -> None:
+            await actor.persist("one", events[3:])
+            persisted.set()
+
+        nursery.start_soon(barrier)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not persisted.is_set()  # it did not overtake the queued submit
+        await nursery.start(actor.run)
+        await persisted.wait()
+        await actor.aclose()
+    assert (await store.load("one"))[1] == events
+
+
+async def test_a_memory_store_barrier_reports_its_own_sessions_failure_only() -> None:
+    store = MemoryStore()
+    await created(store, "a", "b")
+    async with trio.open_nursery() as nursery:
+        actor = CodecActor(store)
+        await nursery.start(actor.run)
+        with pytest.raises(SessionWriteError) as refused:
+            await actor.persist("a", events_of("a")[1:])  # does not continue the empty tail
+        assert refused.value.session_id == "a"
+        await actor.persist("b", events_of("b"))  # the other session is unaffected
+        await actor.persist("a", events_of("a"))  # reported once: "a" writes again
+        assert (await store.load("a"))[1] == events_of("a")
+        assert (await store.load("b"))[1] == events_of("b")
+        await store.close()
+        with pytest.raises(StoreError):
+            await actor.persist("b", events_of("b", 2)[13:])  # the store itself failed
+        with pytest.raises(StoreError):
+            await actor.submit("b", ())  # ... and the actor fails closed from then on
+        nursery.cancel_scope.cancel()

@@ -259,6 +259,57 @@ async def test_a_cancel_while_the_model_streams_ends_turn_and_call_cancelled(
     assert (call.end_time or 0) <= (turn.end_time or 0)
 
 
+class _ClosingStream:
+    """A provider whose one stream hangs after a chunk and records that it was closed."""
+
+    name = "closing"
+
+    def __init__(self) -> None:
+        self.closed = trio.Event()
+
+    def model_info(self, model: str) -> None:
+        return None
+
+    async def stream(self, request: Request) -> Any:
+        try:
+            yield BlockStart(0, "text")
+            await trio.sleep_forever()
+        finally:
+            self.closed.set()
+
+
+async def test_sampled_out_calls_are_read_unwrapped_and_still_closed_in_their_step() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+    sampled_out.add_span_processor(SimpleSpanProcessor(exporter))
+    answer = ScriptedProvider([reply("fine", U1)])
+    async with open_runtime(answer, telemetry=Telemetry(sampled_out)) as rt:
+        agent = await rt.spawn(agent_options())
+        result = await agent.send("hello")
+        assert result.reason == "completed" and result.usage == U1
+    hanging = _ClosingStream()
+    async with open_runtime(hanging, telemetry=Telemetry(sampled_out)) as rt:
+        agent = await rt.spawn(agent_options())
+        streaming = trio.Event()
+
+        def on_event(_agent: Any, event: SessionEvent) -> None:
+            if event.type == "assistant/chunk":
+                streaming.set()
+
+        agent.on("session/event", on_event)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.send, "wait")
+            await streaming.wait()
+            agent.cancel("stop")
+        # the provider's cleanup ran inside the step, before the turn's end was logged
+        assert hanging.closed.is_set()
+        assert agent.session.events[-1].type == "turn/end"
+    assert exporter.get_finished_spans() == ()
+    sampled_out.shutdown()
+
+
 async def test_a_cancel_between_chunks_still_ends_the_abandoned_call(traces: Traces) -> None:
     # cancelled from an observer of the first chunk: the loop stops reading the stream
     # in its own frame, so the provider wrapper never sees the cancel; the turn's end does

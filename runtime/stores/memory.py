@@ -89,6 +89,11 @@ class MemoryStore:
 
     async def append_batch(self, batch: Batch) -> None:
         await trio.lowlevel.checkpoint()
+        self.append_batch_now(batch)
+
+    def append_batch_now(self, batch: Batch) -> None:
+        """`append_batch` without its checkpoint: nothing here waits, so a caller on the trio
+        thread can commit without a schedule point (the codec actor's inline barrier)."""
         if self._closed:
             raise StoreError("memory store is closed")
         # Check each session before changing it: a refused session leaves no trace, the
