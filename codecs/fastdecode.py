@@ -74,7 +74,7 @@ def _filler(cls: type) -> type | None:
         # generic way (a __delattr__ left to the frozen class would keep the slow path).
         {"__slots__": (), "__setattr__": object.__setattr__, "__delattr__": object.__delattr__},
     )
-    probe = object.__new__(filler)
+    probe: Any = object.__new__(filler)
     markers = [object() for _ in names]
     try:
         for name, marker in zip(names, markers, strict=True):
