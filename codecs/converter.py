@@ -216,19 +216,18 @@ _fast = DecoderBuilder(
         for tags, tag_key in ((BLOCK_TAGS, "type"), (CHUNK_TAGS, "type"), (OP_TAGS, "op"))
     },
 )
-_fast_by_type: dict[str, Callable[[Any], SessionEvent]] = _fast.variants(
+FAST_DECODERS: Mapping[str, Callable[[Any], SessionEvent]] = _fast.variants(
     SessionEvent, "data", DATA_BY_TYPE
 )
-"""The generated decoder of a whole event (envelope and data in one function) by its type."""
-FAST_DECODERS: Mapping[str, Callable[[Any], SessionEvent]] = _fast_by_type
-"""The generated event decoders by event type, for a reader taking decoded objects one by
-one: a type missing, or any exception, means the input is for `event_from_dict` to decide."""
+"""The generated decoder of a whole event (envelope and data in one function) by its type,
+also for a reader taking parsed objects one by one: a type missing, or any exception, means
+the input is for `event_from_dict` to decide."""
 
 
 def _fast_event(body: Any) -> SessionEvent:
     """The generated decoder of an event object; raises (NotFast, KeyError, ...) where the
     strict converter must decide."""
-    return _fast_by_type[body["type"]](body)
+    return FAST_DECODERS[body["type"]](body)
 
 
 _canonical = CanonicalChecks(
@@ -304,7 +303,7 @@ def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
     """
     if type(body) is dict:
         try:
-            return _fast_by_type[body["type"]](body)
+            return FAST_DECODERS[body["type"]](body)
         except Exception:  # NotFast, or any failure: the checked path below decides
             pass
     return _checked_event_from_dict(body, where)
@@ -357,7 +356,7 @@ def decode_event(raw: bytes | str, where: str | None = None) -> SessionEvent:
     try:
         body = orjson.loads(raw)
         if type(body) is dict:
-            return _fast_by_type[body["type"]](body)
+            return FAST_DECODERS[body["type"]](body)
     except Exception:  # NotFast, invalid or too deep JSON: the checked path decides
         pass
     try:
