@@ -114,6 +114,7 @@ class DecoderBuilder:
         self._names: dict[tuple[Any, Any], str] = {}
         self._sources: list[str] = []
         self._globals: dict[str, Any] = {"NotFast": NotFast, "freeze_object": freeze_object}
+        self._fillers: dict[type, type | None] = {}
         self._counter = itertools.count()
         # Loads decode in worker threads: generation (names registered, sources pending, one
         # exec) must not interleave, or a thread finds a name not yet compiled.
@@ -153,6 +154,12 @@ class DecoderBuilder:
         source = "\n\n".join(self._sources)
         self._sources.clear()
         exec(compile(source, "<actorloop generated decoders>", "exec"), self._globals)
+
+    def _filler(self, cls: type) -> type | None:
+        """`_filler(cls)`, made once per class however many decoders build it inline."""
+        if cls not in self._fillers:
+            self._fillers[cls] = _filler(cls)
+        return self._fillers[cls]
 
     def _default(self, value: Any) -> str:
         """An expression for a field's default: a literal for None, bools, ints and strings
@@ -239,7 +246,7 @@ class DecoderBuilder:
             lines += [f"{inner}if len({var}) != {count}:", f"{inner}    raise NotFast"]
             self._globals["ABSENT"] = _ABSENT
         values = [f"{var}_{index}" for index in range(len(fields))]
-        filler = _filler(cls) if fields and _plain_init(cls) else None
+        filler = self._filler(cls) if fields and _plain_init(cls) else None
         if not fields:
             # No state: every instance is equal, so the decoder hands out one.
             lines.append(f"{pad}{var} = {self._constant(cls(), 'only')}")
