@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from actorloop.runtime.agent import Agent
 from actorloop.runtime.chunks import (
     BlockEnd,
     BlockStart,
@@ -233,22 +234,26 @@ async def test_content_capture_follows_the_environment_by_default(
     assert "gen_ai.input.messages" not in attrs(traces.one("chat m"))
 
 
+async def cancel_while_streaming(agent: Agent, reason: str) -> None:
+    """Send a message and cancel its turn once the model's first chunk is logged."""
+    streaming = trio.Event()
+
+    def on_event(_agent: Any, event: SessionEvent) -> None:
+        if event.type == "assistant/chunk":
+            streaming.set()
+
+    agent.on("session/event", on_event)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(agent.send, "wait")
+        await streaming.wait()
+        agent.cancel(reason)
+
+
 async def test_a_cancel_while_the_model_streams_ends_turn_and_call_cancelled(
     traces: Traces,
 ) -> None:
     async with open_runtime(ScriptedProvider([HANG]), telemetry=traces.telemetry()) as rt:
-        agent = await rt.spawn(agent_options())
-        streaming = trio.Event()
-
-        def on_event(_agent: Any, event: SessionEvent) -> None:
-            if event.type == "assistant/chunk":
-                streaming.set()
-
-        agent.on("session/event", on_event)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(agent.send, "wait")
-            await streaming.wait()
-            agent.cancel("user pressed stop")
+        await cancel_while_streaming(await rt.spawn(agent_options()), "user pressed stop")
     turn, call = traces.one("invoke_agent researcher"), traces.one("chat m")
     assert turn.status.status_code == StatusCode.ERROR
     assert turn.status.description == "user pressed stop"
@@ -292,17 +297,7 @@ async def test_sampled_out_calls_are_read_unwrapped_and_still_closed_in_their_st
     hanging = _ClosingStream()
     async with open_runtime(hanging, telemetry=Telemetry(sampled_out)) as rt:
         agent = await rt.spawn(agent_options())
-        streaming = trio.Event()
-
-        def on_event(_agent: Any, event: SessionEvent) -> None:
-            if event.type == "assistant/chunk":
-                streaming.set()
-
-        agent.on("session/event", on_event)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(agent.send, "wait")
-            await streaming.wait()
-            agent.cancel("stop")
+        await cancel_while_streaming(agent, "stop")
         # the provider's cleanup ran inside the step, before the turn's end was logged
         assert hanging.closed.is_set()
         assert agent.session.events[-1].type == "turn/end"
