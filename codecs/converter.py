@@ -11,7 +11,7 @@ response-format schemas and `extra_body` — which keeps the key order it was wr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, get_args, get_origin
 
 import cattrs
@@ -216,10 +216,20 @@ _fast = DecoderBuilder(
         for tags, tag_key in ((BLOCK_TAGS, "type"), (CHUNK_TAGS, "type"), (OP_TAGS, "op"))
     },
 )
-_fast_data: dict[str, Callable[[Any], Any]] = {
-    name: _fast.decoder(cls) for name, cls in DATA_BY_TYPE.items()
-}
-_fast_event = _fast.decoder(SessionEvent, {"data": ("type", _fast_data)})
+FAST_DECODERS: Mapping[str, Callable[[Any], SessionEvent]] = _fast.variants(
+    SessionEvent, "data", DATA_BY_TYPE
+)
+"""The generated decoder of a whole event (envelope and data in one function) by its type,
+also for a reader taking parsed objects one by one: a type missing, or any exception, means
+the input is for `event_from_dict` to decide."""
+
+
+def _fast_event(body: Any) -> SessionEvent:
+    """The generated decoder of an event object; raises (NotFast, KeyError, ...) where the
+    strict converter must decide."""
+    return FAST_DECODERS[body["type"]](body)
+
+
 _canonical = CanonicalChecks(
     (tuple(BLOCK_TAGS), tuple(CHUNK_TAGS), tuple(OP_TAGS)),
     EMPTY_IS_ABSENT,
@@ -293,7 +303,7 @@ def event_from_dict(body: Any, where: str | None = None) -> SessionEvent:
     """
     if type(body) is dict:
         try:
-            return _fast_event(body)
+            return FAST_DECODERS[body["type"]](body)
         except Exception:  # NotFast, or any failure: the checked path below decides
             pass
     return _checked_event_from_dict(body, where)
@@ -346,7 +356,7 @@ def decode_event(raw: bytes | str, where: str | None = None) -> SessionEvent:
     try:
         body = orjson.loads(raw)
         if type(body) is dict:
-            return _fast_event(body)
+            return FAST_DECODERS[body["type"]](body)
     except Exception:  # NotFast, invalid or too deep JSON: the checked path decides
         pass
     try:

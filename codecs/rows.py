@@ -9,12 +9,12 @@ is caught too), and a session row the acknowledged head of its log.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 
-from actorloop.codecs.converter import decode_event, encode_event
+from actorloop.codecs.converter import FAST_DECODERS, decode_event, encode_event
 from actorloop.codecs.jsonvalue import JsonValueError, canonical_json, freeze_object
 from actorloop.runtime.errors import SessionFormatError, SessionFormatUnsupported
 from actorloop.runtime.events import SessionEvent
@@ -216,3 +216,50 @@ def event_from_row(row: tuple[Any, ...], where: str) -> SessionEvent:
             f"(seq {event.seq}, {event.type}, time {event.time})",
         )
     return event
+
+
+def take_checked_rows(
+    rows: Iterator[tuple[Any, ...]],
+    session_id: str,
+    events: list[SessionEvent],
+    stop: int,
+) -> tuple[Any, ...] | None:
+    """Append to `events` the decoded events of the `rows` of `session_id` that continue it
+    (each row's seq the next one, up to `stop` events) and that pass every check of
+    `event_from_row` on its plainest path: exact types, checksum, well-formed JSON the
+    generated decoders take, columns agreeing with the body.
+
+    Returns the first row not taken, for the caller's checked path (which reports what is
+    wrong with it, or takes it if nothing is), or None when the rows ran out. This loop
+    only skips the per-row work of the checked path (the place string, the layers of calls),
+    never a check: a row it takes is one `event_from_row` gives the same event for.
+    """
+    start = _key_crc(session_id)
+    loads = orjson.loads
+    crc32 = zlib.crc32
+    decoders = FAST_DECODERS
+    append = events.append
+    expected = len(events)
+    for row in rows:
+        try:
+            row_id, seq, event_type, time, body, crc = row
+            if (
+                expected == stop
+                or type(seq) is not int
+                or seq != expected
+                or row_id != session_id
+                or type(row_id) is not str
+                or type(body) is not bytes
+                or type(crc) is not int
+                or crc != crc32(body, crc32(b"%d\x00" % seq, start))
+            ):
+                return row
+            parsed = loads(body)
+            event = decoders[parsed["type"]](parsed)
+        except Exception:  # anything unusual: the checked path decides
+            return row
+        if event.seq != seq or event.type != event_type or event.time != time:
+            return row
+        append(event)
+        expected += 1
+    return None

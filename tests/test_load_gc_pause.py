@@ -109,3 +109,56 @@ async def test_resume_and_load_session_run_with_the_collector_paused(
     assert len(session.derive_messages()) == 4
     assert reader.gc_during_load == [False]
     assert gc.isenabled()
+
+
+def _generation_of(objects: list[object]) -> set[int | str]:
+    """Where the collector keeps `objects`: generation numbers, or "untracked/frozen"."""
+    found: set[int | str] = set()
+    for generation in range(3):
+        ids = {id(item) for item in gc.get_objects(generation)}
+        if any(id(item) in ids for item in objects):
+            found.add(generation)
+    if any(not gc.is_tracked(item) for item in objects):
+        found.add("untracked")
+    return found or {"frozen"}
+
+
+async def _stored_session(path: Path) -> None:
+    async with Runtime.open(store=f"sqlite:{path}", provider=EchoProvider()) as rt:
+        agent = await rt.spawn(OPTIONS, session_id="g")
+        for text in ("one", "two", "three"):
+            await agent.send(text)
+
+
+async def test_what_a_load_allocated_goes_to_the_oldest_generation_unscanned(
+    gc_on: None, tmp_path: Path
+) -> None:
+    await _stored_session(tmp_path / "gc.db")
+    store = SqliteStore(tmp_path / "gc.db")
+    try:
+        session = await load_session(store, "g")
+    finally:
+        await store.close()
+    events = list(session.events)
+    assert gc.get_freeze_count() == 0
+    # Not the youngest generation (where the next young collection would scan them all):
+    # the oldest, handed over without a collection.
+    assert _generation_of(events) == {2}
+    assert gc.isenabled()
+
+
+async def test_a_load_leaves_what_someone_froze_frozen(gc_on: None, tmp_path: Path) -> None:
+    await _stored_session(tmp_path / "gc.db")
+    kept = [object()]  # a tracked container, frozen by "the application" below
+    gc.freeze()
+    try:
+        store = SqliteStore(tmp_path / "gc.db")
+        try:
+            session = await load_session(store, "g")
+        finally:
+            await store.close()
+        # (The freeze count itself may drop: frozen objects still die.)
+        assert _generation_of([kept]) == {"frozen"}
+        assert 2 not in _generation_of(list(session.events))
+    finally:
+        gc.unfreeze()
