@@ -273,6 +273,10 @@ class Tracing:
         self.capture_content = _env_capture() if capture is None else capture
         self._root: Context = otel_context.Context()
         self._turns: dict[str, _OpenTurn] = {}
+        self._untraced: set[str] = set()
+        """Agents whose open turn got an invalid span context: no SDK was configured when
+        it began, so nothing under it can be recorded and its calls and tools start no
+        spans (the next turn asks again)."""
         self._starts: dict[str, tuple[str, tuple[Link, ...]]] = {}
         self._turn_ends: _Recent[tuple[str, int], SpanContext] = _Recent()
         self._last_turn: _Recent[str, SpanContext] = _Recent()
@@ -335,6 +339,11 @@ class Tracing:
                 self._close_turn(agent.id, turn, None, OTHER_ERROR, "the agent's loop failed")
         if status in ("disposed", "failed"):
             self._starts.pop(agent.id, None)
+            self._untraced.discard(agent.id)
+
+    def records_calls_of(self, session_id: str) -> bool:
+        """False while that session's open turn is untraced (no SDK when it began)."""
+        return session_id not in self._untraced
 
     # ------------------------------------------------------------------ turns
 
@@ -379,6 +388,10 @@ class Tracing:
             attributes=attributes,
             links=links,
         )
+        if not span.get_span_context().is_valid:
+            self._untraced.add(agent.id)
+            return
+        self._untraced.discard(agent.id)
         self._turns[agent.id] = _OpenTurn(span)
 
     def _step_start(self, agent: Agent, event: SessionEvent) -> None:
@@ -401,6 +414,7 @@ class Tracing:
                 turn.usage += data.usage
 
     def _turn_end(self, agent: Agent, event: SessionEvent) -> None:
+        self._untraced.discard(agent.id)
         turn, data = self._turns.pop(agent.id, None), event.data
         if turn is None or not isinstance(data, TurnEnd):
             return
@@ -542,6 +556,8 @@ class TracedProvider:
         return self.inner.model_info(model)
 
     def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        if not self._tracing.records_calls_of(request.session_id):
+            return self.inner.stream(request)
         call = self._tracing.start_call(self.name, request)
         if not call.span.is_recording():
             # Nothing of this call is recorded (no SDK configured, or sampled out), and a

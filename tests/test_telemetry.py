@@ -15,6 +15,7 @@ import orjson
 import pytest
 import trio
 from helpers import open_runtime
+from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -262,6 +263,49 @@ async def test_a_cancel_while_the_model_streams_ends_turn_and_call_cancelled(
     assert call.status.status_code == StatusCode.ERROR
     assert attrs(call)["error.type"] == "cancelled"
     assert (call.end_time or 0) <= (turn.end_time or 0)
+
+
+class _LateSdk(otel_trace.TracerProvider):
+    """What the API's proxy does for an application that configures its SDK late: no-op
+    spans until `configure()`, the SDK's from then on."""
+
+    def __init__(self, sdk: TracerProvider) -> None:
+        self.sdk = sdk
+        self.configured = False
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> otel_trace.Tracer:
+        late = self
+
+        class Tracer(otel_trace.Tracer):
+            def start_span(self, *span_args: Any, **span_kwargs: Any) -> otel_trace.Span:
+                tracer = late.sdk.get_tracer(*args, **kwargs) if late.configured else NO_OP
+                return tracer.start_span(*span_args, **span_kwargs)
+
+            def start_as_current_span(self, *span_args: Any, **span_kwargs: Any) -> Any:
+                raise NotImplementedError
+
+        return Tracer()
+
+
+NO_OP = otel_trace.NoOpTracer()
+
+
+async def test_a_turn_begun_with_no_sdk_records_nothing_and_the_next_turn_is_traced(
+    traces: Traces,
+) -> None:
+    late = _LateSdk(traces.provider)
+    turns = (tool_call("c1", "lookup", {"q": "a"}), reply("one"))
+    provider = ScriptedProvider([*turns, tool_call("c2", "lookup"), reply("two")])
+    async with open_runtime(provider, telemetry=Telemetry(late)) as rt:
+        agent = await rt.spawn(agent_options())
+        assert (await agent.send("first")).reason == "completed"
+        assert traces.spans == ()
+        late.configured = True
+        assert (await agent.send("second")).reason == "completed"
+    turn = traces.one("invoke_agent researcher")
+    assert attrs(turn)["actorloop.turn"] == 2
+    assert {span.name for span in traces.children(turn)} == {"chat m", "execute_tool lookup"}
+    assert len(traces.named("chat")) == 2 and len(traces.spans) == 4
 
 
 class _ClosingStream:
