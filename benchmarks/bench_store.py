@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -542,36 +542,7 @@ def _commit_figures() -> list[tuple[str, Callable[[dict[str, Any]], float]]]:
 
 
 def commit_baseline(revision: str, rounds: int) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
-    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
-        pythonpath = _baseline_tree(revision, Path(temp))
-        for index in range(rounds):
-            print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
-            for side in ("before", "after")[:: 1 if index % 2 == 0 else -1]:
-                path = pythonpath if side == "before" else None
-                runs[side].append(_run_json(path, "--commit-only"))
-    rows = []
-    for label, read in _commit_figures():
-        before = [read(run) for run in runs["before"]]
-        after = [read(run) for run in runs["after"]]
-        ratios = [a / b for b, a in zip(before, after, strict=True)]
-        rows.append(
-            {
-                "figure": label,
-                "before": statistics.median(before),
-                "after": statistics.median(after),
-                "after_over_before": statistics.median(ratios),
-                "ratio_range": [min(ratios), max(ratios)],
-            }
-        )
-    return {
-        "baseline": f"{revision} ({_commit(revision)})",
-        "after": f"working tree on {_commit('HEAD')}",
-        "rounds": rounds,
-        "environment": environment(),
-        "rows": rows,
-        "runs": runs,
-    }
+    return _interleaved_baseline(revision, rounds, "--commit-only", _commit_figures())
 
 
 def commit_markdown(report: dict[str, Any]) -> str:
@@ -865,6 +836,21 @@ def _figure(run: dict[str, Any], section: str, key: str | int) -> float:
 
 
 def barrier_baseline(revision: str, rounds: int) -> dict[str, Any]:
+    figures = [
+        (label, lambda run, section=section, key=key: _figure(run, section, key))
+        for label, section, key, _higher in BARRIER_FIGURES
+    ]
+    return _interleaved_baseline(revision, rounds, "--barrier-only", figures)
+
+
+def _interleaved_baseline(
+    revision: str,
+    rounds: int,
+    flag: str,
+    figures: Sequence[tuple[str, Callable[[dict[str, Any]], float]]],
+) -> dict[str, Any]:
+    """`flag`'s run with REV's code and with this tree's, in fresh subprocesses, round by
+    round, and one row per figure: medians and the per-round after/before ratios."""
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
         pythonpath = _baseline_tree(revision, Path(temp))
@@ -874,11 +860,11 @@ def barrier_baseline(revision: str, rounds: int) -> dict[str, Any]:
             # machine state (caches, the other tenants' load) than the second.
             for side in ("before", "after")[:: 1 if index % 2 == 0 else -1]:
                 path = pythonpath if side == "before" else None
-                runs[side].append(_run_json(path, "--barrier-only"))
+                runs[side].append(_run_json(path, flag))
     rows = []
-    for label, section, key, _higher in BARRIER_FIGURES:
-        before = [_figure(run, section, key) for run in runs["before"]]
-        after = [_figure(run, section, key) for run in runs["after"]]
+    for label, read in figures:
+        before = [read(run) for run in runs["before"]]
+        after = [read(run) for run in runs["after"]]
         ratios = [a / b for b, a in zip(before, after, strict=True)]
         rows.append(
             {
