@@ -51,6 +51,7 @@ from actorloop.codecs.converter import event_to_dict
 from actorloop.runtime import AgentOptions, EchoProvider, ScriptedProvider, Tool, reply, tool_call
 from actorloop.runtime.agent import Agent
 from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.stores.sqlite import EVENTS_TABLE
 from benchmarks.bench_runtime import loop_shaped_session, write_directly
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -61,17 +62,6 @@ TOOL_SCHEMA = {
     "required": ["x"],
     "additionalProperties": False,
 }
-EVENTS_TABLE = """
-CREATE TABLE events (
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    time INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    crc INTEGER NOT NULL,
-    PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID
-"""
 FLOOR_REPEATS = 200
 """Floor repetitions per round (the floor is a few µs: one sample is too short to time)."""
 

@@ -109,7 +109,19 @@ class _Busy(Exception):
 SCHEMA_VERSION = 2
 """`PRAGMA user_version` of a database this build writes; 1 is migrated, newer refused."""
 
-_SCHEMA = """
+EVENTS_TABLE = """
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    time INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    crc INTEGER NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID"""
+"""The events table of schema 2 (one clustered b-tree per session's seqs)."""
+
+_SCHEMA = f"""
 CREATE TABLE sessions (
     id TEXT PRIMARY KEY,
     meta BLOB NOT NULL,
@@ -119,15 +131,7 @@ CREATE TABLE sessions (
     head INTEGER NOT NULL,
     crc INTEGER NOT NULL
 );
-CREATE TABLE events (
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    time INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    crc INTEGER NOT NULL,
-    PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
+{EVENTS_TABLE};
 """
 _SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
 _EVENT_COLUMNS = "session_id, seq, type, time, body, crc"
