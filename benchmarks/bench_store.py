@@ -545,6 +545,19 @@ def commit_baseline(revision: str, rounds: int) -> dict[str, Any]:
     return _interleaved_baseline(revision, rounds, "--commit-only", _commit_figures())
 
 
+def _comparison_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The before / after table of `_interleaved_baseline`'s rows, and a closing blank line."""
+    lines = ["| figure | before | after | after/before | range |", "|---|---:|---:|---:|---:|"]
+    for row in rows:
+        low, high = row["ratio_range"]
+        lines.append(
+            f"| {row['figure']} | {row['before']:,.2f} | {row['after']:,.2f} "
+            f"| {row['after_over_before']:.3f} | {low:.2f}–{high:.2f} |"
+        )
+    lines.append("")
+    return lines
+
+
 def commit_markdown(report: dict[str, Any]) -> str:
     env = report["environment"]
     plan = ", ".join(f"{sessions:,} × {turns} turns" for sessions, turns in COMMIT_PLAN)
@@ -573,16 +586,8 @@ def commit_markdown(report: dict[str, Any]) -> str:
         "floor (the step's encodes + two BEGIN/INSERT/COMMIT through `trio.to_thread`). "
         "*sqlite − memory* is what the store adds to a step.",
         "",
-        "| figure | before | after | after/before | range |",
-        "|---|---:|---:|---:|---:|",
+        *_comparison_table(report["rows"]),
     ]
-    for row in report["rows"]:
-        low, high = row["ratio_range"]
-        lines.append(
-            f"| {row['figure']} | {row['before']:,.2f} | {row['after']:,.2f} "
-            f"| {row['after_over_before']:.3f} | {low:.2f}–{high:.2f} |"
-        )
-    lines.append("")
     return "\n".join(lines)
 
 
@@ -912,16 +917,8 @@ def barrier_markdown(report: dict[str, Any]) -> str:
         f"* *spawn*: {SPAWNS} sequential `Runtime.spawn` calls after a warm-up spawn "
         "(lease, `store.create`, the loop actor), CPU per call.",
         "",
-        "| figure | before | after | after/before | range |",
-        "|---|---:|---:|---:|---:|",
+        *_comparison_table(report["rows"]),
     ]
-    for row in report["rows"]:
-        low, high = row["ratio_range"]
-        lines.append(
-            f"| {row['figure']} | {row['before']:,.2f} | {row['after']:,.2f} "
-            f"| {row['after_over_before']:.3f} | {low:.2f}–{high:.2f} |"
-        )
-    lines.append("")
     return "\n".join(lines)
 
 
