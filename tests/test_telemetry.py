@@ -276,13 +276,15 @@ class _LateSdk(otel_trace.TracerProvider):
     def get_tracer(self, *args: Any, **kwargs: Any) -> otel_trace.Tracer:
         late = self
 
+        def current() -> otel_trace.Tracer:
+            return late.sdk.get_tracer(*args, **kwargs) if late.configured else NO_OP
+
         class Tracer(otel_trace.Tracer):
             def start_span(self, *span_args: Any, **span_kwargs: Any) -> otel_trace.Span:
-                tracer = late.sdk.get_tracer(*args, **kwargs) if late.configured else NO_OP
-                return tracer.start_span(*span_args, **span_kwargs)
+                return current().start_span(*span_args, **span_kwargs)
 
             def start_as_current_span(self, *span_args: Any, **span_kwargs: Any) -> Any:
-                raise NotImplementedError
+                return current().start_as_current_span(*span_args, **span_kwargs)
 
         return Tracer()
 
