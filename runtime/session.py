@@ -143,7 +143,8 @@ def _envelope_problem(event: SessionEvent, expected_seq: int) -> str | None:
         if event.surface_op is not None or event.source_event_seqs is not None:
             return "an ignorable event takes no part in the surface"
         return None
-    expected = DATA_BY_TYPE.get(event.type)
+    # A type that is no string (an unhashable one included) is no known type either.
+    expected = DATA_BY_TYPE.get(event.type) if isinstance(event.type, str) else None
     if expected is None:
         return "unknown event type (not marked ignorable)"
     if type(event.data) is not expected:
