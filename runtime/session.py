@@ -45,7 +45,7 @@ from actorloop.runtime.header import EpochHeader, HeaderDelta
 from actorloop.runtime.header_algebra import HeaderFold
 from actorloop.runtime.messages import Message
 from actorloop.runtime.meta import SessionMeta, now_ms
-from actorloop.runtime.structure import TurnStructure
+from actorloop.runtime.structure import ADVANCING, Rule, TurnStructure, rule_of
 from actorloop.runtime.surface import SurfaceFold
 
 log = logging.getLogger("actorloop.session")
@@ -56,10 +56,20 @@ _HEADER_DATA = frozenset(
     cls for cls in DATA_BY_TYPE.values() if issubclass(cls, (RequestHeaderEvent, HeaderDelta))
 )
 """The data classes the header fold takes (`HeaderFold.feed` passes over every other)."""
-_ENVELOPES: dict[str, tuple[type, bool]] = {
+_ENVELOPES: dict[str, tuple[type, bool | None]] = {
     name: (cls, name in SURFACE_TYPES) for name, cls in DATA_BY_TYPE.items()
 }
 """Per known event type: the exact class of its data, and whether it is a surface event."""
+_FOLD_STEPS: dict[type, tuple[Rule, bool, bool]] = {
+    cls: (rule_of(cls), issubclass(cls, tuple(ADVANCING)), cls in _HEADER_DATA)
+    for cls in (*DATA_BY_TYPE.values(), IgnorableData)
+}
+"""Per exact data class of an event whose envelope holds: its structure rule, whether the
+structure advances on it, whether the header fold takes it."""
+
+
+def _checked_structure(structure: TurnStructure, event: SessionEvent, _data: object) -> None:
+    structure.check(event)
 
 
 class EventLog:
@@ -384,10 +394,11 @@ class Session:
         its exact data class, not ignorable, an Append or no surface op as its type requires,
         at most one earlier source seq); that test passes only events `_envelope_problem`
         passes, and any other event is judged by `_envelope_problem` itself, so a rule broken
-        is reported with the same words either way. The steps
-        `_commit` makes that cannot do anything for an event are left out: the surface check
-        of an Append (only a Replace is checked against the nodes) and the header fold of
-        data that is no header.
+        is reported with the same words either way. The structure rule is called by the data's
+        class (`rule_of`, what `TurnStructure.check` dispatches to), and the steps `_commit`
+        makes that cannot do anything for an event are left out: the surface check of an
+        Append (only a Replace is checked against the nodes), `advance` on data it passes over
+        (`ADVANCING`) and the header fold of data that is no header.
         """
         assert not self._observers
         state = self._folded()
@@ -396,18 +407,20 @@ class Session:
         own = log._own
         log._snapshot = None  # nothing reads a snapshot while the replay runs
         structure, surface, header = state.structure, state.surface, state.header
-        check_structure, advance = structure.check, structure.advance
+        advance = structure.advance
         surface_check, surface_apply, header_feed = surface.check, surface.apply, header.feed
         lookup = log.__getitem__
-        envelopes, header_data, append_op = _ENVELOPES, _HEADER_DATA, Append
-        most = MAX_SAFE_INT
+        envelopes, fold_steps, header_data = _ENVELOPES, _FOLD_STEPS, _HEADER_DATA
+        append_op, most = Append, MAX_SAFE_INT
         seq = len(own)
+        kind: type | None
+        surface_event: bool | None
         for event in events:
             data, op, seqs, time = event.data, event.surface_op, event.source_event_seqs, event.time
             try:
                 kind, surface_event = envelopes[event.type]
             except (KeyError, TypeError):  # unknown or unhashable type: the full rule decides
-                kind = surface_event = None
+                kind, surface_event = None, None
             if not (
                 type(data) is kind
                 and event.ignorable is False
@@ -431,14 +444,18 @@ class Session:
                 problem = _envelope_problem(event, seq)
                 if problem is not None:
                     raise SessionValidationError(seq, f"{event.type}: {problem}")
-            check_structure(event)
+            steps = fold_steps.get(type(data))
+            if steps is None:  # a subclass of IgnorableData: the generic calls decide
+                steps = (_checked_structure, True, type(data) in header_data)
+            rule, advances, feeds_header = steps
+            rule(structure, event, data)
             if op is not None and type(op) is not append_op:
                 surface_check(event, lookup)
-            feeds_header = type(data) in header_data
             if feeds_header:
                 _preview_header(header, event, seq)
             own.append(event)
-            advance(event)
+            if advances:
+                advance(event)
             if op is not None:
                 surface_apply(event)
             if feeds_header:

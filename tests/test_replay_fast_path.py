@@ -17,8 +17,14 @@ from actorloop.codecs.jsonvalue import FrozenDict
 from actorloop.runtime.errors import ActorloopError
 from actorloop.runtime.events import APPEND, IgnorableData, Replace, SessionEvent
 from actorloop.runtime.session import Session
+from actorloop.runtime.structure import ADVANCING, TurnStructure
 
 Mutation = Callable[[SessionEvent], SessionEvent]
+
+
+@attrs.frozen
+class _Opaque(IgnorableData):
+    """Opaque data of a class the replay's tables do not list."""
 
 
 def _with(**changes: Any) -> Mutation:
@@ -46,7 +52,10 @@ MUTATIONS: dict[str, Mutation] = {
     "ignorable known type": _with(ignorable=True),
     "ignorable as 1": _with(ignorable=1),
     "ignorable as 0": _with(ignorable=0),
+    "no data": _with(data=None),
+    "no data, unknown type": _with(data=None, type="no/such"),
     "opaque data": _with(data=IgnorableData(FrozenDict({"x": 1}))),
+    "opaque subclass, ignorable": _with(data=_Opaque(FrozenDict({"x": 1})), ignorable=True),
     "opaque ignorable": _with(data=IgnorableData(FrozenDict({"x": 1})), ignorable=True),
     "no surface op": _with(surface_op=None),
     "append op": _with(surface_op=APPEND),
@@ -98,7 +107,8 @@ def test_replay_judges_every_envelope_like_the_append(name: str) -> None:
         appended = _outcome(lambda events=events, at=at: _appended(events, at))
         assert replayed == appended, (name, at, LOG[at].type)
         refused += isinstance(replayed[0], type) and issubclass(replayed[0], ActorloopError)
-    if name not in ("ignorable as 0", "source zero", "source before", "two sources"):
+    accepted_somewhere = ("ignorable as 0", "source zero", "source before", "two sources")
+    if name not in (*accepted_somewhere, "opaque subclass, ignorable"):
         assert refused, f"{name} should break a rule somewhere in the log"
 
 
@@ -118,3 +128,17 @@ def test_a_plain_log_needs_no_full_envelope_check(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ActorloopError):
         Session.from_events("s", (*LOG[:3], attrs.evolve(LOG[3], time=-1)))
     assert consulted == [3]
+
+
+def test_advance_changes_nothing_for_data_outside_advancing() -> None:
+    """The replay calls `advance` only for `ADVANCING` classes: for any other it is a no-op."""
+    structure = TurnStructure()
+    passed_over = 0
+    for event in (*LOG, attrs.evolve(LOG[0], data=IgnorableData(FrozenDict()), ignorable=True)):
+        before = attrs.evolve(structure, calls_in_step=dict(structure.calls_in_step))
+        before.results_in_step = set(structure.results_in_step)
+        structure.advance(event)
+        if type(event.data) not in ADVANCING:
+            passed_over += 1
+            assert structure == before, event.type
+    assert passed_over >= len(LOG) // 3
