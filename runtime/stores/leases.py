@@ -4,12 +4,13 @@ Two locks back a lease, both released by the kernel when the holder dies (even b
 
 * `FlockFiles`: an exclusive `flock` on a per-session lock file (the JSONL store keeps it in
   the session's directory, which every path to the store reaches).
-* `RangeLocks`: an open-file-description (OFD) byte-range lock on the database file itself,
-  at an offset derived from the session id, far past any byte SQLite locks. The lock is on
-  the file's identity (device + inode), so a symlink or a hard link to the same database
-  meets the same lock. The same file also carries the *path binding* (`FileIdentity.bind`):
-  a read lock per path the database is open through, so a second path (a hard link, for
-  which SQLite keeps a second WAL) is refused while the first is open.
+* `RangeLocks`: an open-file-description (OFD) byte-range lock in one of `LEASE_FILES` lock
+  files beside the database, chosen and placed by a hash of the session id. The kernel
+  walks one list of locks per file on every lock and unlock, so spreading the leases keeps
+  each list short. The database file itself carries the *path binding*
+  (`FileIdentity.bind`): a read lock per path the database is open through, so a second
+  path (a hard link, for which SQLite keeps a second WAL, and its lock files) is refused
+  while the first is open. The lock files are named after the path the binding admits.
 
 One descriptor per file identity is kept per process (`FileIdentity`) and closed only when
 the last store using it has closed its SQLite connection: closing any descriptor of a file
@@ -36,9 +37,16 @@ OFD_LOCKS = hasattr(fcntl, "F_OFD_SETLK")
 """Whether this platform has OFD locks (Linux >= 3.15); elsewhere SQLite falls back to lock
 files beside the resolved database path (symlinks share them, hard links do not)."""
 
+LEASE_FILES = 16
+"""Lock files the leases of one database are spread over (persistence.md §5): each kernel
+list then holds about 1/16 of them, at the cost of at most 16 descriptors per database."""
+
 _LEASE_BASE = 1 << 62
-_PATH_BASE = _LEASE_BASE + (1 << 61)
 _SLOTS = 1 << 60
+_PATH_BASE = _LEASE_BASE + _SLOTS
+"""Path bindings on the database file (schema 3): below the ranges older builds lock."""
+_LEGACY_RANGES = ((_LEASE_BASE, _SLOTS), (_LEASE_BASE + (1 << 61), _SLOTS))
+"""What builds of schema <= 2 lock on the database file: leases, then path bindings."""
 _FLOCK = "hhqqi4x"
 """`struct flock` on Linux: l_type, l_whence, l_start, l_len, l_pid (+ padding)."""
 
@@ -121,6 +129,13 @@ def _slot(base: int, key: str) -> int:
     return base + int.from_bytes(digest, "big") % _SLOTS
 
 
+def lease_place(session_id: str) -> tuple[int, int]:
+    """Which lock file (its top 4 bits) and byte (its low 60 bits) of a 64-bit hash of the
+    session id hold its lease: the same in every process."""
+    value = int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "big")
+    return value >> 60, _LEASE_BASE + value % _SLOTS
+
+
 def _range_lock(fd: int, kind: int, start: int, length: int = 1) -> bool:
     """Set (or clear, with F_UNLCK) an OFD lock; False if another description holds it."""
     try:
@@ -146,13 +161,17 @@ class FileIdentity:
     _registry: ClassVar[dict[tuple[int, int], FileIdentity]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, key: tuple[int, int], fd: int) -> None:
+    def __init__(self, key: tuple[int, int], fd: int, path: Path) -> None:
         self.key = key
         self.fd = fd
         self.users = 0
         self.paths: Counter[str] = Counter()
-        self.leased: Counter[int] = Counter()
+        self.leased: Counter[tuple[int, int]] = Counter()
         self.mutex = threading.Lock()
+        self.lease_dir = path.with_name(path.name + ".leases")
+        """Where the lease lock files are: beside the path the file was first opened by
+        (a second path is refused while this one is bound)."""
+        self._lease_fds: list[int | None] = [None] * LEASE_FILES
 
     @classmethod
     def open(cls, path: Path) -> FileIdentity:
@@ -175,7 +194,7 @@ class FileIdentity:
                     raise StoreError(f"cannot open {path}: {exc}") from exc
                 opened = os.fstat(fd)
                 key = (opened.st_dev, opened.st_ino)
-                identity = cls._registry[key] = cls(key, fd)
+                identity = cls._registry[key] = cls(key, fd, path)
             identity.users += 1
         return identity
 
@@ -186,7 +205,43 @@ class FileIdentity:
             if self.users:
                 return
             del self._registry[self.key]
+        for fd in self._lease_fds:
+            if fd is not None:
+                os.close(fd)
         os.close(self.fd)
+
+    def lease_fd(self, shard: int) -> int:
+        """The descriptor of lease lock file `shard` (opened on first use), under `mutex`."""
+        fd = self._lease_fds[shard]
+        if fd is None:
+            path = self.lease_dir / f"{shard:02x}"
+            try:
+                self.lease_dir.mkdir(exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise StoreError(f"cannot open lease lock file {path}: {exc}") from exc
+            self._lease_fds[shard] = fd
+        return fd
+
+    @contextmanager
+    def excluding_older_builds(self, where: str) -> Iterator[None]:
+        """Hold write locks over the ranges builds of schema <= 2 lock on this file while
+        the block runs (a migration to schema 3): StoreError if one has the file open, and
+        none can bind its path until the block ends (by then it reads the new version)."""
+        taken: list[tuple[int, int]] = []
+        try:
+            for start, length in _LEGACY_RANGES:
+                if not _range_lock(self.fd, fcntl.F_WRLCK, start, length):
+                    raise StoreError(
+                        f"{where}: an older actorloop build (database schema 2 or below) has "
+                        "this database open, and it locks writer leases differently; close "
+                        "it, then open the database with this build, which migrates it"
+                    )
+                taken.append((start, length))
+            yield
+        finally:
+            for start, length in taken:
+                _range_lock(self.fd, fcntl.F_UNLCK, start, length)
 
     def bind(self, name: str) -> None:
         """Record that the file is open through path `name`; StoreError if this or another
@@ -225,32 +280,34 @@ def _alias_error(name: str, detail: str) -> StoreError:
 
 
 class RangeLocks:
-    """Leases as OFD byte-range locks on a file's identity (the token: identity and slot)."""
+    """Leases as OFD byte-range locks in the lease lock files of a database's identity (the
+    token: identity, descriptor and place)."""
 
     def __init__(self, identity: Callable[[], FileIdentity]) -> None:
         self._identity = identity
 
     def acquire(self, session_id: str) -> object | None:
         identity = self._identity()
-        slot = _slot(_LEASE_BASE, session_id)
+        place = lease_place(session_id)
         with identity.mutex:
-            # Another store instance of this process shares the descriptor, and locks of
+            # Another store instance of this process shares the descriptors, and locks of
             # one description never conflict with each other: check in-process holders.
-            if identity.leased[slot]:
+            if identity.leased[place]:
                 return None
-            if not _range_lock(identity.fd, fcntl.F_WRLCK, slot):
+            fd = identity.lease_fd(place[0])
+            if not _range_lock(fd, fcntl.F_WRLCK, place[1]):
                 return None
-            identity.leased[slot] += 1
-        return identity, slot
+            identity.leased[place] += 1
+        return identity, fd, place
 
     def release(self, session_id: str, token: object) -> None:
         assert isinstance(token, tuple)
-        identity, slot = token
+        identity, fd, place = token
         with identity.mutex:
-            identity.leased[slot] -= 1
-            if identity.leased[slot] <= 0:
-                del identity.leased[slot]
-                _range_lock(identity.fd, fcntl.F_UNLCK, slot)
+            identity.leased[place] -= 1
+            if identity.leased[place] <= 0:
+                del identity.leased[place]
+                _range_lock(fd, fcntl.F_UNLCK, place[1])
 
 
 class LeaseTable:

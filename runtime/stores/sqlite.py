@@ -10,8 +10,8 @@ writer thread, posted after an estimated number of WAL pages.
 Every event row carries a CRC-32 of its stored bytes and every session row the acknowledged
 head of its log, updated in the transaction that appends; a load checks both, so a missing,
 reordered or altered row is `SessionCorruptError` naming the seq, never a shorter log.
-Writer leases are byte-range locks on the database file itself (`leases.RangeLocks`), and
-the file may be open through one path only (SQLite keeps a WAL per path).
+Writer leases are byte-range locks in lock files beside the database (`leases.RangeLocks`),
+and the file may be open through one path only (SQLite keeps a WAL per path).
 
 The tail of a session this instance has written under its lease is kept in memory, so a
 commit reads nothing back: its head update is conditional on the head it remembers, and a
@@ -21,8 +21,10 @@ checked path, which reads every head and tail from the database.
 `synchronous=NORMAL` (default) makes every committed append survive a process crash;
 `FULL` also fsyncs the WAL on each commit, so it survives power loss.
 
-Schema versions (`PRAGMA user_version`): 2 is written by this build; a version-1 database
-(no checksums, no heads) is migrated in place on first open, in one transaction.
+Schema versions (`PRAGMA user_version`): 3 is written by this build; a version-1 database
+(no checksums, no heads) or a version-2 one (leases locked on the database file itself) is
+migrated in place on first open, in one transaction, refused while an older build has it
+open.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -106,8 +109,9 @@ class _Busy(Exception):
     """An inline commit found the write lock held: nothing was written, use the thread."""
 
 
-SCHEMA_VERSION = 2
-"""`PRAGMA user_version` of a database this build writes; 1 is migrated, newer refused."""
+SCHEMA_VERSION = 3
+"""`PRAGMA user_version` of a database this build writes; 1 and 2 are migrated, newer
+refused. 3 has the tables of 2; it moved the writer leases into lock files (leases.py)."""
 
 EVENTS_TABLE = """
 CREATE TABLE events (
@@ -119,7 +123,7 @@ CREATE TABLE events (
     crc INTEGER NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID"""
-"""The events table of schema 2 (one clustered b-tree per session's seqs)."""
+"""The events table of schemas 2 and 3 (one clustered b-tree per session's seqs)."""
 
 _SCHEMA = f"""
 CREATE TABLE sessions (
@@ -291,30 +295,38 @@ class SqliteStore:
         return db
 
     def _prepare_schema(self, db: sqlite3.Connection) -> None:
-        """Create the schema in an empty database, or migrate a version-1 one (re-read
+        """Create the schema in an empty database, or migrate a version-1 or -2 one (re-read
         under the write lock: another process may have done it meanwhile)."""
         db.execute("BEGIN IMMEDIATE")
         try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
-            if version > SCHEMA_VERSION:
-                raise SessionFormatUnsupported(
-                    f"sqlite {self.path}: schema version {version} is newer than this build "
-                    f"reads ({SCHEMA_VERSION}); refusing to open it"
-                )
-            if version == 1:
-                _migrate_from_1(db)
-            elif version == 0 and tables.fetchone()[0] == 0:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-            elif version != SCHEMA_VERSION:
-                raise SessionFormatUnsupported(
-                    f"sqlite {self.path}: schema version {version} with tables present is "
-                    "not a database this build wrote; refusing to open it"
-                )
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
+            with ExitStack() as migrating:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
+                if version > SCHEMA_VERSION:
+                    raise SessionFormatUnsupported(
+                        f"sqlite {self.path}: schema version {version} is newer than this "
+                        f"build reads ({SCHEMA_VERSION}); refusing to open it"
+                    )
+                if version in (1, 2):
+                    if self._file is not None:
+                        # Builds of schema <= 2 lock leases on the database file, where
+                        # this one does not look: none may have it open across the commit.
+                        migrating.enter_context(
+                            self._file.excluding_older_builds(f"sqlite {self.path}")
+                        )
+                    if version == 1:
+                        _migrate_from_1(db)
+                elif version == 0 and tables.fetchone()[0] == 0:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                elif version != SCHEMA_VERSION:
+                    raise SessionFormatUnsupported(
+                        f"sqlite {self.path}: schema version {version} with tables present is "
+                        "not a database this build wrote; refusing to open it"
+                    )
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
