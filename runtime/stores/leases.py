@@ -47,7 +47,7 @@ _PATH_BASE = _LEASE_BASE + _SLOTS
 """Path bindings on the database file (schema 3): below the ranges older builds lock."""
 _LEGACY_RANGES = ((_LEASE_BASE, _SLOTS), (_LEASE_BASE + (1 << 61), _SLOTS))
 """What builds of schema <= 2 lock on the database file: leases, then path bindings."""
-_FLOCK = "hhqqi4x"
+_FLOCK = struct.Struct("hhqqi4x")
 """`struct flock` on Linux: l_type, l_whence, l_start, l_len, l_pid (+ padding)."""
 
 
@@ -129,17 +129,23 @@ def _slot(base: int, key: str) -> int:
     return base + int.from_bytes(digest, "big") % _SLOTS
 
 
+def _lease_hash(session_id: str) -> int:
+    """A 64-bit hash of the session id: its top 4 bits pick the lease lock file, its low 60
+    bits the byte (`lease_place`). An int, so a held lease's key is no tracked object."""
+    return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "big")
+
+
 def lease_place(session_id: str) -> tuple[int, int]:
-    """Which lock file (its top 4 bits) and byte (its low 60 bits) of a 64-bit hash of the
-    session id hold its lease: the same in every process."""
-    value = int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "big")
-    return value >> 60, _LEASE_BASE + value % _SLOTS
+    """Which lock file and which byte of it hold the session's lease: the same in every
+    process (persistence.md §5)."""
+    value = _lease_hash(session_id)
+    return value >> 60, _LEASE_BASE + (value & (_SLOTS - 1))
 
 
 def _range_lock(fd: int, kind: int, start: int, length: int = 1) -> bool:
     """Set (or clear, with F_UNLCK) an OFD lock; False if another description holds it."""
     try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, start, length, 0))
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(kind, os.SEEK_SET, start, length, 0))
     except OSError as exc:
         if exc.errno in (errno.EAGAIN, errno.EACCES):
             return False
@@ -149,9 +155,9 @@ def _range_lock(fd: int, kind: int, start: int, length: int = 1) -> bool:
 
 def _range_free(fd: int, start: int, length: int) -> bool:
     """Whether no other open file description holds any lock in the range."""
-    probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+    probe = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
     answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe)
-    return struct.unpack(_FLOCK, answer)[0] == fcntl.F_UNLCK
+    return _FLOCK.unpack(answer)[0] == fcntl.F_UNLCK
 
 
 class FileIdentity:
@@ -166,7 +172,8 @@ class FileIdentity:
         self.fd = fd
         self.users = 0
         self.paths: Counter[str] = Counter()
-        self.leased: Counter[tuple[int, int]] = Counter()
+        self.leased: set[int] = set()
+        """The hashes of the leases this process holds in the lease lock files."""
         self.mutex = threading.Lock()
         self.lease_dir = path.with_name(path.name + ".leases")
         """Where the lease lock files are: beside the path the file was first opened by
@@ -281,33 +288,36 @@ def _alias_error(name: str, detail: str) -> StoreError:
 
 class RangeLocks:
     """Leases as OFD byte-range locks in the lease lock files of a database's identity (the
-    token: identity, descriptor and place)."""
+    token: the lease's hash, `_lease_hash`)."""
 
     def __init__(self, identity: Callable[[], FileIdentity]) -> None:
         self._identity = identity
+        self._file: FileIdentity | None = None
+        """The identity the first claim got (a store's never changes): a release needs it
+        after the store has closed its connection."""
 
     def acquire(self, session_id: str) -> object | None:
-        identity = self._identity()
-        place = lease_place(session_id)
+        identity = self._file = self._identity()
+        value = _lease_hash(session_id)
         with identity.mutex:
             # Another store instance of this process shares the descriptors, and locks of
             # one description never conflict with each other: check in-process holders.
-            if identity.leased[place]:
+            if value in identity.leased:
                 return None
-            fd = identity.lease_fd(place[0])
-            if not _range_lock(fd, fcntl.F_WRLCK, place[1]):
+            fd = identity.lease_fd(value >> 60)
+            if not _range_lock(fd, fcntl.F_WRLCK, _LEASE_BASE + (value & (_SLOTS - 1))):
                 return None
-            identity.leased[place] += 1
-        return identity, fd, place
+            identity.leased.add(value)
+        return value
 
     def release(self, session_id: str, token: object) -> None:
-        assert isinstance(token, tuple)
-        identity, fd, place = token
+        assert isinstance(token, int) and self._file is not None
+        identity = self._file
         with identity.mutex:
-            identity.leased[place] -= 1
-            if identity.leased[place] <= 0:
-                del identity.leased[place]
-                _range_lock(fd, fcntl.F_UNLCK, place[1])
+            if token in identity.leased:
+                identity.leased.remove(token)
+                fd = identity.lease_fd(token >> 60)
+                _range_lock(fd, fcntl.F_UNLCK, _LEASE_BASE + (token & (_SLOTS - 1)))
 
 
 class LeaseTable:

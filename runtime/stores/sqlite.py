@@ -457,14 +457,19 @@ class SqliteStore:
         row = session_row(meta)
 
         def insert(db: sqlite3.Connection) -> None:
-            # The key constraint is the existence check (a failed statement leaves the
-            # transaction open): one statement per create, not two.
+            # One statement, its own transaction (autocommit: no BEGIN and COMMIT round
+            # trips); the key constraint is the existence check. A refused statement wrote
+            # nothing, and rows are never deleted, so a row found after it is the reason.
             try:
                 db.execute(_INSERT_SESSION, row)
             except sqlite3.IntegrityError:
                 if self._row(db, meta.id) is None:
                     raise
                 raise SessionExists(meta.id) from None
+            except sqlite3.OperationalError as exc:
+                if self._inline_now and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                    raise _Busy from exc
+                raise
 
         if not plain_meta(meta):
             # Refuse writing what a load could not read back (an unsupported version, a
@@ -473,7 +478,7 @@ class SqliteStore:
 
         def run() -> None:
             with self._lock:
-                self._transaction(insert, write=True)
+                self._locked(insert)
                 self._note_wal(2)
 
         if not self._inline(run):
