@@ -54,6 +54,32 @@ print("READY", flush=True)
 sys.stdin.readline()
 """
 
+OLD_BUILD_BINDS = r"""
+import fcntl, hashlib, os, struct, sys
+
+# A build of schema 2 binding the database's path (its leases.FileIdentity.bind): a read
+# lock on its path's slot, then a probe for any other lock in its path range.
+BASE, SLOTS = 2**62 + 2**61, 2**60
+digest = hashlib.blake2b(sys.argv[2].encode(), digest_size=8).digest()
+slot = BASE + int.from_bytes(digest, "big") % SLOTS
+fd = os.open(sys.argv[1], os.O_RDWR)
+
+
+def free(start, length):
+    probe = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+    answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe)
+    return struct.unpack("hhqqi4x", answer)[0] == fcntl.F_UNLCK
+
+
+try:
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, slot, 1, 0))
+    held = True
+except OSError:
+    held = False
+bound = held and free(BASE, slot - BASE) and free(slot + 1, BASE + SLOTS - slot - 1)
+print("BOUND" if bound else "REFUSED")
+"""
+
 PROBE_OLD_BIND = r"""
 import fcntl, os, struct, sys
 
@@ -204,3 +230,30 @@ def test_an_older_build_cannot_bind_its_path_while_a_migration_runs(tmp_path: Pa
         assert old_build_binds() == "BOUND"
     finally:
         identity.close()
+
+
+async def test_an_older_build_is_refused_another_path_while_this_build_has_it_open(
+    tmp_path: Path,
+) -> None:
+    # Through another path (a hard link) an older build would read the database past this
+    # path's WAL and lease files: it must meet a path binding it understands.
+    path = tmp_path / "open.db"
+
+    def old_build_binds(name: Path) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", OLD_BUILD_BINDS, str(path), str(name)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    store = SqliteStore(path)
+    try:
+        await store.create(SessionMeta("s1"))
+        assert old_build_binds(tmp_path / "alias.db") == "REFUSED"
+        # Through the same path it binds, then reads version 3 and refuses the database.
+        assert old_build_binds(path.resolve()) == "BOUND"
+    finally:
+        await store.close()
+    assert old_build_binds(tmp_path / "alias.db") == "BOUND"  # released with the store

@@ -45,7 +45,8 @@ _LEASE_BASE = 1 << 62
 _SLOTS = 1 << 60
 _PATH_BASE = _LEASE_BASE + _SLOTS
 """Path bindings on the database file (schema 3): below the ranges older builds lock."""
-_LEGACY_RANGES = ((_LEASE_BASE, _SLOTS), (_LEASE_BASE + (1 << 61), _SLOTS))
+_LEGACY_PATH_BASE = _LEASE_BASE + (1 << 61)
+_LEGACY_RANGES = ((_LEASE_BASE, _SLOTS), (_LEGACY_PATH_BASE, _SLOTS))
 """What builds of schema <= 2 lock on the database file: leases, then path bindings."""
 _FLOCK = struct.Struct("hhqqi4x")
 """`struct flock` on Linux: l_type, l_whence, l_start, l_len, l_pid (+ padding)."""
@@ -179,6 +180,9 @@ class FileIdentity:
         """Where the lease lock files are: beside the path the file was first opened by
         (a second path is refused while this one is bound)."""
         self._lease_fds: list[int | None] = [None] * LEASE_FILES
+        self._legacy_slot: int | None = None
+        """Where this process holds the path binding as builds of schema <= 2 take it (see
+        `hold_off_older_builds`), if it does."""
 
     @classmethod
     def open(cls, path: Path) -> FileIdentity:
@@ -249,6 +253,25 @@ class FileIdentity:
         finally:
             for start, length in taken:
                 _range_lock(self.fd, fcntl.F_UNLCK, start, length)
+            if self._legacy_slot is not None:  # the unlock took this process's own too
+                _range_lock(self.fd, fcntl.F_RDLCK, self._legacy_slot)
+
+    def hold_off_older_builds(self, name: str) -> None:
+        """Once the database is at schema 3, also hold the path binding for `name` where
+        builds of schema <= 2 look for it: one of those opening the file through another
+        path (which would read the database past this path's WAL, and its lock files) is
+        then refused as a second path; through this path it reads version 3 and refuses."""
+        with self.mutex:
+            if self._legacy_slot is None and self.paths[name]:
+                slot = _slot(_LEGACY_PATH_BASE, name)
+                # A read lock: other processes of this build and path hold the same one;
+                # only a migration in progress elsewhere holds a write lock there.
+                if not _range_lock(self.fd, fcntl.F_RDLCK, slot):
+                    raise StoreError(
+                        f"sqlite {name}: another process is migrating this database's schema; "
+                        "open it again once that is done"
+                    )
+                self._legacy_slot = slot
 
     def bind(self, name: str) -> None:
         """Record that the file is open through path `name`; StoreError if this or another
@@ -276,6 +299,9 @@ class FileIdentity:
             if self.paths[name] <= 0:
                 del self.paths[name]
                 _range_lock(self.fd, fcntl.F_UNLCK, _slot(_PATH_BASE, name))
+                if self._legacy_slot is not None:
+                    _range_lock(self.fd, fcntl.F_UNLCK, self._legacy_slot)
+                    self._legacy_slot = None
 
 
 def _alias_error(name: str, detail: str) -> StoreError:

@@ -284,6 +284,8 @@ class SqliteStore:
             db.execute(f"PRAGMA synchronous = {self.synchronous}")
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 self._prepare_schema(db)
+            if self._file is not None:
+                self._file.hold_off_older_builds(str(self._real))
             if self.synchronous == "NORMAL":
                 # Checkpoints are posted to the writer thread (`_note_wal`), never run by
                 # a commit: an inline commit must not fsync on the trio thread.
