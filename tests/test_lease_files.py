@@ -21,7 +21,7 @@ import pytest
 from actorloop.runtime.errors import SessionBusy, StoreError
 from actorloop.runtime.session import SessionMeta
 from actorloop.runtime.stores import SqliteStore
-from actorloop.runtime.stores.leases import LEASE_FILES, OFD_LOCKS, FileIdentity, lease_place
+from actorloop.runtime.stores.leases import LEASE_FILES, OFD_LOCKS, lease_place
 from actorloop.runtime.stores.sqlite import SCHEMA_VERSION
 
 pytestmark = pytest.mark.skipif(not OFD_LOCKS, reason="lease lock files are the OFD layout")
@@ -45,11 +45,12 @@ trio.run(main, sys.argv[1], sys.argv[2])
 OLD_BUILD = r"""
 import fcntl, os, struct, sys
 
-# What a build of schema 2 holds while it has the database open: a read lock on its path's
-# slot in [2**62 + 2**61, +2**60) and a write lock per lease in [2**62, +2**60).
+# What a build of schema 2 holds while it has the database open and no lease: a read lock
+# on its path's slot in [2**62 + 2**61, +2**60) (a lease would add a write lock in
+# [2**62, +2**60)).
 fd = os.open(sys.argv[1], os.O_RDWR)
-for kind, start in ((fcntl.F_RDLCK, 2**62 + 2**61 + 12345), (fcntl.F_WRLCK, 2**62 + 678)):
-    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0))
+start = 2**62 + 2**61 + 12345
+fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, start, 1, 0))
 print("READY", flush=True)
 sys.stdin.readline()
 """
@@ -78,19 +79,6 @@ except OSError:
     held = False
 bound = held and free(BASE, slot - BASE) and free(slot + 1, BASE + SLOTS - slot - 1)
 print("BOUND" if bound else "REFUSED")
-"""
-
-PROBE_OLD_BIND = r"""
-import fcntl, os, struct, sys
-
-fd = os.open(sys.argv[1], os.O_RDWR)
-try:
-    fcntl.fcntl(fd, fcntl.F_OFD_SETLK,
-                struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, 2**62 + 2**61 + 99, 1, 0))
-except OSError:
-    print("REFUSED")
-else:
-    print("BOUND")
 """
 
 
@@ -210,33 +198,12 @@ async def test_migration_is_refused_while_an_older_build_has_the_database_open(
         await after.close()
 
 
-def test_an_older_build_cannot_bind_its_path_while_a_migration_runs(tmp_path: Path) -> None:
-    path = tmp_path / "migrating.db"
-    path.touch()
-
-    def old_build_binds() -> str:
-        done = subprocess.run(
-            [sys.executable, "-c", PROBE_OLD_BIND, str(path)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip()
-
-    identity = FileIdentity.open(path)
-    try:
-        with identity.excluding_older_builds("test"):
-            assert old_build_binds() == "REFUSED"
-        assert old_build_binds() == "BOUND"
-    finally:
-        identity.close()
-
-
-async def test_an_older_build_is_refused_another_path_while_this_build_has_it_open(
+async def test_an_older_build_cannot_bind_any_path_while_this_build_has_it_open(
     tmp_path: Path,
 ) -> None:
     # Through another path (a hard link) an older build would read the database past this
-    # path's WAL and lease files: it must meet a path binding it understands.
+    # path's WAL and lease files, through this one it would not see the leases: it must
+    # meet a path binding it understands, whatever path it comes by.
     path = tmp_path / "open.db"
 
     def old_build_binds(name: Path) -> str:
@@ -252,8 +219,32 @@ async def test_an_older_build_is_refused_another_path_while_this_build_has_it_op
     try:
         await store.create(SessionMeta("s1"))
         assert old_build_binds(tmp_path / "alias.db") == "REFUSED"
-        # Through the same path it binds, then reads version 3 and refuses the database.
-        assert old_build_binds(path.resolve()) == "BOUND"
+        assert old_build_binds(path.resolve()) == "REFUSED"
     finally:
         await store.close()
-    assert old_build_binds(tmp_path / "alias.db") == "BOUND"  # released with the store
+    assert old_build_binds(path.resolve()) == "BOUND"  # released with the store
+
+
+async def test_this_build_does_not_open_a_database_an_older_build_has_open(
+    tmp_path: Path,
+) -> None:
+    # Whatever the version: a schema-3 database with an older build bound is one that
+    # build is about to refuse, but until it lets go, its path binding stands.
+    path = tmp_path / "v3.db"
+    store = SqliteStore(path)
+    await store.create(SessionMeta("kept"))
+    await store.close()
+    old = Child(OLD_BUILD, str(path))
+    try:
+        refused = SqliteStore(path)
+        with pytest.raises(StoreError, match="an older actorloop build"):
+            refused.claim("kept")
+        await refused.close()
+    finally:
+        old.kill()
+    after = SqliteStore(path)
+    try:
+        with after.claim("kept") as lease:
+            assert lease.held
+    finally:
+        await after.close()

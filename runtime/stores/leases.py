@@ -45,9 +45,14 @@ _LEASE_BASE = 1 << 62
 _SLOTS = 1 << 60
 _PATH_BASE = _LEASE_BASE + _SLOTS
 """Path bindings on the database file (schema 3): below the ranges older builds lock."""
-_LEGACY_PATH_BASE = _LEASE_BASE + (1 << 61)
-_LEGACY_RANGES = ((_LEASE_BASE, _SLOTS), (_LEGACY_PATH_BASE, _SLOTS))
-"""What builds of schema <= 2 lock on the database file: leases, then path bindings."""
+_OLDER_PATH_BASE = _LEASE_BASE + (1 << 61)
+"""Where builds of schema <= 2 bind paths on the database file ([base, base + _SLOTS));
+their leases are at [_LEASE_BASE, _LEASE_BASE + _SLOTS)."""
+_SCHEMA_3_MARK = _OLDER_PATH_BASE + _SLOTS - 1
+"""The byte every process of this build read-locks while it has the database open: to a
+build of schema <= 2 it is another path's binding."""
+_OLDER_BUILDS_LOCK = ((_LEASE_BASE, _SLOTS), (_OLDER_PATH_BASE, _SLOTS - 1))
+"""Where a lock means a build of schema <= 2 has the database open (the mark excluded)."""
 _FLOCK = struct.Struct("hhqqi4x")
 """`struct flock` on Linux: l_type, l_whence, l_start, l_len, l_pid (+ padding)."""
 
@@ -180,9 +185,6 @@ class FileIdentity:
         """Where the lease lock files are: beside the path the file was first opened by
         (a second path is refused while this one is bound)."""
         self._lease_fds: list[int | None] = [None] * LEASE_FILES
-        self._legacy_slot: int | None = None
-        """Where this process holds the path binding as builds of schema <= 2 take it (see
-        `hold_off_older_builds`), if it does."""
 
     @classmethod
     def open(cls, path: Path) -> FileIdentity:
@@ -234,45 +236,6 @@ class FileIdentity:
             self._lease_fds[shard] = fd
         return fd
 
-    @contextmanager
-    def excluding_older_builds(self, where: str) -> Iterator[None]:
-        """Hold write locks over the ranges builds of schema <= 2 lock on this file while
-        the block runs (a migration to schema 3): StoreError if one has the file open, and
-        none can bind its path until the block ends (by then it reads the new version)."""
-        taken: list[tuple[int, int]] = []
-        try:
-            for start, length in _LEGACY_RANGES:
-                if not _range_lock(self.fd, fcntl.F_WRLCK, start, length):
-                    raise StoreError(
-                        f"{where}: an older actorloop build (database schema 2 or below) has "
-                        "this database open, and it locks writer leases differently; close "
-                        "it, then open the database with this build, which migrates it"
-                    )
-                taken.append((start, length))
-            yield
-        finally:
-            for start, length in taken:
-                _range_lock(self.fd, fcntl.F_UNLCK, start, length)
-            if self._legacy_slot is not None:  # the unlock took this process's own too
-                _range_lock(self.fd, fcntl.F_RDLCK, self._legacy_slot)
-
-    def hold_off_older_builds(self, name: str) -> None:
-        """Once the database is at schema 3, also hold the path binding for `name` where
-        builds of schema <= 2 look for it: one of those opening the file through another
-        path (which would read the database past this path's WAL, and its lock files) is
-        then refused as a second path; through this path it reads version 3 and refuses."""
-        with self.mutex:
-            if self._legacy_slot is None and self.paths[name]:
-                slot = _slot(_LEGACY_PATH_BASE, name)
-                # A read lock: other processes of this build and path hold the same one;
-                # only a migration in progress elsewhere holds a write lock there.
-                if not _range_lock(self.fd, fcntl.F_RDLCK, slot):
-                    raise StoreError(
-                        f"sqlite {name}: another process is migrating this database's schema; "
-                        "open it again once that is done"
-                    )
-                self._legacy_slot = slot
-
     def bind(self, name: str) -> None:
         """Record that the file is open through path `name`; StoreError if this or another
         process has it open through a different path (a hard link)."""
@@ -291,7 +254,28 @@ class FileIdentity:
                 if not (held and below and above):
                     _range_lock(self.fd, fcntl.F_UNLCK, slot)
                     raise _alias_error(name, "another process has it open through another path")
+                self._exclude_older_builds(name, slot)
             self.paths[name] += 1
+
+    def _exclude_older_builds(self, name: str, slot: int) -> None:
+        """Keep builds of schema <= 2 (which lock leases on this file, where this build does
+        not look) and this one from having the file open at the same time, in the same
+        lock-then-probe way as the path binding, so that of two opening at once at least
+        one sees the other: a read lock at `_SCHEMA_3_MARK`, inside the range where those
+        builds bind paths (any of them binding later finds it and refuses, as a second
+        path), then a probe for any of their locks (a path binding, a lease)."""
+        marked = _range_lock(self.fd, fcntl.F_RDLCK, _SCHEMA_3_MARK)
+        free = marked and all(
+            _range_free(self.fd, start, length) for start, length in _OLDER_BUILDS_LOCK
+        )
+        if not free:
+            _range_lock(self.fd, fcntl.F_UNLCK, _SCHEMA_3_MARK)
+            _range_lock(self.fd, fcntl.F_UNLCK, slot)
+            raise StoreError(
+                f"sqlite {name}: an older actorloop build (database schema 2 or below) has "
+                "this database open, and it locks writer leases elsewhere; close it, then "
+                "open the database with this build (which migrates it to schema 3)"
+            )
 
     def unbind(self, name: str) -> None:
         with self.mutex:
@@ -299,9 +283,7 @@ class FileIdentity:
             if self.paths[name] <= 0:
                 del self.paths[name]
                 _range_lock(self.fd, fcntl.F_UNLCK, _slot(_PATH_BASE, name))
-                if self._legacy_slot is not None:
-                    _range_lock(self.fd, fcntl.F_UNLCK, self._legacy_slot)
-                    self._legacy_slot = None
+                _range_lock(self.fd, fcntl.F_UNLCK, _SCHEMA_3_MARK)
 
 
 def _alias_error(name: str, detail: str) -> StoreError:

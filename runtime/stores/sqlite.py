@@ -33,7 +33,6 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -284,8 +283,6 @@ class SqliteStore:
             db.execute(f"PRAGMA synchronous = {self.synchronous}")
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 self._prepare_schema(db)
-            if self._file is not None:
-                self._file.hold_off_older_builds(str(self._real))
             if self.synchronous == "NORMAL":
                 # Checkpoints are posted to the writer thread (`_note_wal`), never run by
                 # a commit: an inline commit must not fsync on the trio thread.
@@ -298,37 +295,31 @@ class SqliteStore:
 
     def _prepare_schema(self, db: sqlite3.Connection) -> None:
         """Create the schema in an empty database, or migrate a version-1 or -2 one (re-read
-        under the write lock: another process may have done it meanwhile)."""
+        under the write lock: another process may have done it meanwhile). No build of
+        schema <= 2 has the file open meanwhile: the path binding excludes them
+        (`FileIdentity.bind`)."""
         db.execute("BEGIN IMMEDIATE")
         try:
-            with ExitStack() as migrating:
-                version = db.execute("PRAGMA user_version").fetchone()[0]
-                tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
-                if version > SCHEMA_VERSION:
-                    raise SessionFormatUnsupported(
-                        f"sqlite {self.path}: schema version {version} is newer than this "
-                        f"build reads ({SCHEMA_VERSION}); refusing to open it"
-                    )
-                if version in (1, 2):
-                    if self._file is not None:
-                        # Builds of schema <= 2 lock leases on the database file, where
-                        # this one does not look: none may have it open across the commit.
-                        migrating.enter_context(
-                            self._file.excluding_older_builds(f"sqlite {self.path}")
-                        )
-                    if version == 1:
-                        _migrate_from_1(db)
-                elif version == 0 and tables.fetchone()[0] == 0:
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            db.execute(statement)
-                elif version != SCHEMA_VERSION:
-                    raise SessionFormatUnsupported(
-                        f"sqlite {self.path}: schema version {version} with tables present is "
-                        "not a database this build wrote; refusing to open it"
-                    )
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                db.execute("COMMIT")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
+            if version > SCHEMA_VERSION:
+                raise SessionFormatUnsupported(
+                    f"sqlite {self.path}: schema version {version} is newer than this build "
+                    f"reads ({SCHEMA_VERSION}); refusing to open it"
+                )
+            if version == 1:
+                _migrate_from_1(db)
+            elif version == 0 and tables.fetchone()[0] == 0:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            elif version not in (2, SCHEMA_VERSION):
+                raise SessionFormatUnsupported(
+                    f"sqlite {self.path}: schema version {version} with tables present is "
+                    "not a database this build wrote; refusing to open it"
+                )
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
