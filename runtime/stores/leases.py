@@ -11,6 +11,8 @@ Two locks back a lease, both released by the kernel when the holder dies (even b
   (`FileIdentity.bind`): a read lock per path the database is open through, so a second
   path (a hard link, for which SQLite keeps a second WAL, and its lock files) is refused
   while the first is open. The lock files are named after the path the binding admits.
+  The binding also keeps builds of schema <= 2 (leases on the database file) out while
+  this one has it open, and the other way round.
 
 One descriptor per file identity is kept per process (`FileIdentity`) and closed only when
 the last store using it has closed its SQLite connection: closing any descriptor of a file

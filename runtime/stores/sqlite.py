@@ -23,8 +23,8 @@ checked path, which reads every head and tail from the database.
 
 Schema versions (`PRAGMA user_version`): 3 is written by this build; a version-1 database
 (no checksums, no heads) or a version-2 one (leases locked on the database file itself) is
-migrated in place on first open, in one transaction, refused while an older build has it
-open.
+migrated in place on first open, in one transaction (no older build can have it open: the
+path binding keeps them apart, `leases.FileIdentity.bind`).
 """
 
 from __future__ import annotations
