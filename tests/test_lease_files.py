@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import select
 import signal
 import sqlite3
 import struct
@@ -17,6 +16,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from helpers import start_ready_child
 
 from actorloop.runtime.errors import SessionBusy, StoreError
 from actorloop.runtime.session import SessionMeta
@@ -86,16 +86,7 @@ class Child:
     """A subprocess that prints READY once it holds its locks, until killed."""
 
     def __init__(self, script: str, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", script, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
-        line = self.proc.stdout.readline() if ready else b""
-        assert line == b"READY\n", self.proc.stderr.read() if self.proc.stderr else line
+        self.proc = start_ready_child(script, *args)
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

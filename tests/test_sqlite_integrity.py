@@ -6,18 +6,15 @@ whatever path (symlink or hard link) reaches it."""
 from __future__ import annotations
 
 import os
-import select
 import signal
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
 import orjson
 import pytest
-from helpers import open_runtime
+from helpers import open_runtime, start_ready_child
 from session_logs import closed_log, tool_turn
 
 from actorloop.codecs.converter import encode_event
@@ -328,16 +325,7 @@ class Holder:
     """A process holding a session's lease (and the database open) through `path`."""
 
     def __init__(self, path: Path, session_id: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(path), session_id],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
-        line = self.proc.stdout.readline() if ready else b""
-        assert line == b"READY\n", self.proc.stderr.read() if self.proc.stderr else line
+        self.proc = start_ready_child(HOLDER, str(path), session_id)
 
     def finish(self) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
