@@ -389,10 +389,11 @@ class LoopActor:
         "_compactor",
         "_configured_tools",
         "_disposing",
-        "_finished",
+        "_ended",
+        "_ended_event",
         "_flush_lock",
         "_global_hooks",
-        "_idle",
+        "_idle_event",
         "_inbox",
         "_mailbox",
         "_on_finished",
@@ -408,6 +409,7 @@ class LoopActor:
         "agent",
         "current_tools",
         "failure",
+        "has_started",
         "logged_header",
         "meter",
         "options",
@@ -415,7 +417,6 @@ class LoopActor:
         "provider",
         "session",
         "session_prefix",
-        "started",
         "status",
     )
 
@@ -452,23 +453,30 @@ class LoopActor:
         self._seed_from_options = True
         """The next request's config starts from the options (this instance's first
         request, or after `reconfigure` changed a call setting), else from the header."""
-        self._flush_lock = trio.Lock()
+        self._flush_lock: trio.Lock | None = None
+        """Serializes hand-offs to the codec; made by the first flush."""
         self._persisted = len(session)
         # The mailbox is the kernel's: the supervisor hands it to `run` and the runtime
         # attaches the sending ref (and how to stop it) right after spawning.
         self._mailbox: ActorRef[TurnItem] | None = None
         self._stop_mailbox: Callable[[], Awaitable[None]] | None = None
         self._inbox: Mailbox[TurnItem] | None = None
-        self.started = trio.Event()
+        self.has_started = False
+        """Set by `run` before its first await (after `agent/session-start`)."""
         self._steering: list[tuple[Content, Source]] = []
         self._turn: _Turn | None = None
         self._disposing = False
         self._closed = False
         self._outstanding = 0
         """Items sent and not yet ended (running, queued, or handed over)."""
-        self._idle = trio.Event()
-        self._idle.set()
-        self._finished = trio.Event()
+        # An idle agent holds no events: each is made by the first task that waits for
+        # what it signals, and dropped once set.
+        self._idle_event: trio.Event | None = None
+        """Set when the agent next becomes idle; exists only while someone waits."""
+        self._ended = False
+        """The actor's body has returned (the loop takes no more work)."""
+        self._ended_event: trio.Event | None = None
+        """Set when `_ended` becomes true; exists only while someone waits."""
         self._appended: trio.lowlevel.ParkingLot | None = None
         """Readers of `events()` waiting for the next append (or the end of the loop);
         created by the first reader that waits, so an agent nobody reads holds none."""
@@ -572,7 +580,12 @@ class LoopActor:
                 turn.scope.cancel()
             if self._stop_mailbox is not None:
                 await self._stop_mailbox()
-        await self._finished.wait()
+        if self._ended:
+            await trio.lowlevel.checkpoint()
+        else:
+            if self._ended_event is None:
+                self._ended_event = trio.Event()
+            await self._ended_event.wait()
         # Owned background work was cancelled above; it ends (and records its own end)
         # before dispose returns.
         await self.wait_idle()
@@ -581,7 +594,9 @@ class LoopActor:
         """Return once no turn is running, nothing is queued and no owned background work
         (background subagents) runs."""
         while self._busy():
-            await self._idle.wait()
+            if self._idle_event is None:
+                self._idle_event = trio.Event()
+            await self._idle_event.wait()
 
     async def compact(self) -> TurnResult:
         return await self._submit(TurnItem("compaction", (), Source.of_plugin("compaction")))
@@ -731,8 +746,6 @@ class LoopActor:
         return bool(self._outstanding or self._owned)
 
     def _work_added(self, *, owned: trio.CancelScope | None = None) -> None:
-        if not self._busy():
-            self._idle = trio.Event()
         if owned is None:
             self._outstanding += 1
         else:
@@ -749,8 +762,9 @@ class LoopActor:
         # Idle exactly when no work is left, however the last item ended (ran, or was
         # discarded by a cancel before it started) and once owned work has ended too.
         self._refresh_status()
-        if not self._busy():
-            self._idle.set()
+        if not self._busy() and self._idle_event is not None:
+            self._idle_event.set()
+            self._idle_event = None
 
     def _finish_item(self, item: TurnItem, result: TurnResult) -> None:
         if item.result is None:
@@ -781,7 +795,7 @@ class LoopActor:
         """
         self._inbox = inbox
         self.notify("agent/session-start", self.origin)
-        self.started.set()
+        self.has_started = True
         current: TurnItem | None = None
         try:
             async for item in inbox:
@@ -809,7 +823,9 @@ class LoopActor:
                 )
             self._discard_queued()
             self._refresh_status()
-            self._finished.set()
+            self._ended = True
+            if self._ended_event is not None:
+                self._ended_event.set()
             if self._appended is not None:
                 self._appended.unpark_all()
             self._on_finished(self)
@@ -930,7 +946,7 @@ class LoopActor:
         """Wait until the log holds more than `seen` events (True) or the loop has ended
         with no more to read (False)."""
         while len(self.session) <= seen:
-            if self._finished.is_set():
+            if self._ended:
                 return False
             if self._appended is None:
                 self._appended = trio.lowlevel.ParkingLot()
@@ -969,6 +985,8 @@ class LoopActor:
         # and hand-offs are serialized so concurrent barriers reach the codec in seq order.
         with trio.CancelScope(shield=True):
             lock = self._flush_lock
+            if lock is None:
+                lock = self._flush_lock = trio.Lock()
             if lock.locked():
                 await lock.acquire()
             else:

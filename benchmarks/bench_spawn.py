@@ -18,7 +18,12 @@ chooses another stem).
   durable store's lease is a lock the kernel keeps in one list per file): N = 300, 2,000
   and 10,000 are separate rows.
 * `--leases N`: CPU per `SqliteStore.claim` by how many leases are held already (the
-  kernel's lock list per file grows with them), written to spawn_leases.*.
+  kernel walks a list of locks per file, so a claim grows with the leases held in its lock
+  file), written to spawn_leases.*; with `--baseline`, both trees in fresh processes,
+  alternating, medians per block over the rounds.
+* `--collector many`: the runtime opened with `CollectorPolicy.many_agents()` (the
+  documented setting for thousands of agents, docs/performance.md) instead of the default
+  collector; written to spawn_many.* unless `--name` says otherwise.
 * `--baseline DIR` (a checkout of another revision, e.g. a `git worktree`) or
   `--baseline REV` (extracted with `git archive`) runs the same measurements with that
   code first on `PYTHONPATH`; within a round both trees run back to back, which goes first
@@ -75,14 +80,16 @@ class GcCpu:
         gc.callbacks.remove(self._callback)
 
 
-async def measure(store: str, spawns: int, directory: Path) -> dict[str, Any]:
+async def measure(store: str, spawns: int, directory: Path, collector: str) -> dict[str, Any]:
     """`spawns` sequential spawns on `store` after a warm-up spawn, in this process."""
     from actorloop.runtime import AgentOptions, EchoProvider
+    from actorloop.runtime.collector import CollectorPolicy
     from actorloop.runtime.runtime import Runtime
 
     options = AgentOptions(model="echo-model", system="You are a benchmark agent.")
     url = "memory:" if store == "memory" else f"sqlite:{directory / 'spawn.db'}"
-    async with Runtime.open(store=url, provider=EchoProvider()) as rt:
+    policy = CollectorPolicy.many_agents() if collector == "many" else None
+    async with Runtime.open(store=url, provider=EchoProvider(), collector=policy) as rt:
         await rt.spawn(options, session_id="warm-up")
         with GcCpu() as collector:
             cpu, wall = time.process_time(), time.perf_counter()
@@ -102,21 +109,21 @@ async def measure(store: str, spawns: int, directory: Path) -> dict[str, Any]:
     }
 
 
-def child(store: str, spawns: int) -> None:
+def child(store: str, spawns: int, collector: str) -> None:
     async def run() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="bench-spawn-") as temp:
-            return await measure(store, spawns, Path(temp))
+            return await measure(store, spawns, Path(temp), collector)
 
     print(json.dumps(trio.run(run)))
 
 
-def _isolated(pythonpath: Path | None, store: str, spawns: int) -> dict[str, Any]:
+def _isolated(pythonpath: Path | None, *arguments: str) -> dict[str, Any]:
     """One measurement in a fresh process (the baseline's code first on the path, if
-    given)."""
+    given): `python -m benchmarks.bench_spawn ARGUMENTS`, its JSON answer."""
     env = dict(os.environ)
     parts = [str(pythonpath)] if pythonpath is not None else []
     env["PYTHONPATH"] = os.pathsep.join([*parts, str(ROOT)])
-    command = [sys.executable, "-m", "benchmarks.bench_spawn", "--child", store, str(spawns)]
+    command = [sys.executable, "-m", "benchmarks.bench_spawn", *arguments]
     done = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -154,7 +161,9 @@ def _git(where: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def compare(baseline: str | None, sizes: tuple[int, ...], rounds: int) -> dict[str, Any]:
+def compare(
+    baseline: str | None, sizes: tuple[int, ...], rounds: int, collector: str
+) -> dict[str, Any]:
     sides = ("before", "after") if baseline is not None else ("after",)
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="bench-spawn-baseline-") as temp:
@@ -165,7 +174,10 @@ def compare(baseline: str | None, sizes: tuple[int, ...], rounds: int) -> dict[s
                 for store in STORES:
                     order = sides if index % 2 == 0 else sides[::-1]
                     for side in order:
-                        run = _isolated(path if side == "before" else None, store, spawns)
+                        run = _isolated(
+                            path if side == "before" else None,
+                            *("--child", store, str(spawns), "--collector", collector),
+                        )
                         runs[side].append({"round": index, **run})
     rows = []
     for spawns in sizes:
@@ -202,6 +214,7 @@ def compare(baseline: str | None, sizes: tuple[int, ...], rounds: int) -> dict[s
         "baseline": label,
         "after": f"working tree on {_git(ROOT, 'rev-parse', '--short', 'HEAD')}",
         "rounds": rounds,
+        "collector": collector,
         "environment": environment(),
         "rows": rows,
         "runs": runs,
@@ -218,8 +231,9 @@ LEASE_BLOCK = 1_000
 
 def lease_scaling(leases: int) -> dict[str, Any]:
     """CPU (this thread) per `SqliteStore.claim` and per `Lease.release`, by how many
-    leases the store already holds: each lease is an OFD byte-range lock on the database
-    file, and the kernel keeps one list of locks per file that every lock call walks."""
+    leases the store already holds: each lease is an OFD byte-range lock in a file (the
+    database file itself before schema 3, one of 16 lock files beside it since), and the
+    kernel keeps one list of locks per file that every lock call walks."""
     from actorloop.runtime.stores.sqlite import SqliteStore
 
     blocks: list[dict[str, Any]] = []
@@ -244,25 +258,82 @@ def lease_scaling(leases: int) -> dict[str, Any]:
     return {"leases": leases, "blocks": blocks, "release_cpu_us_mean": release_us}
 
 
-def lease_markdown(report: dict[str, Any]) -> str:
+def compare_leases(baseline: str, leases: int, rounds: int) -> dict[str, Any]:
+    """`lease_scaling` for both trees, each in fresh processes, alternating by round."""
+    sides = ("before", "after")
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    with tempfile.TemporaryDirectory(prefix="bench-leases-baseline-") as temp:
+        path, label = _baseline(baseline, Path(temp))
+        for index in range(rounds):
+            print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
+            for side in sides if index % 2 == 0 else sides[::-1]:
+                where = path if side == "before" else None
+                runs[side].append(_isolated(where, "--lease-child", str(leases)))
+    blocks = []
+    for position, block in enumerate(runs["after"][0]["blocks"]):
+        row: dict[str, Any] = {"held_before": block["held_before"]}
+        for side in sides:
+            row[f"{side}_claim_cpu_us"] = statistics.median(
+                run["blocks"][position]["claim_cpu_us"] for run in runs[side]
+            )
+        blocks.append(row)
+    return {
+        "leases": leases,
+        "baseline": label,
+        "after": f"working tree on {_git(ROOT, 'rev-parse', '--short', 'HEAD')}",
+        "rounds": rounds,
+        "blocks": blocks,
+        "release": {
+            side: statistics.median(run["release_cpu_us_mean"] for run in runs[side])
+            for side in sides
+        },
+        "environment": environment(),
+        "runs": runs,
+    }
+
+
+def lease_markdown(report: dict[str, Any], command: str) -> str:
     env = report["environment"]
+    compared = "baseline" in report
     lines = [
         "# Writer leases on `sqlite:`: CPU per claim by leases already held",
         "",
-        f"`python -m benchmarks.bench_spawn --leases {report['leases']}` — Python "
-        f"{env['python']} on {env['platform']} ({env['cpus']} CPUs), {env['when']}, load "
-        f"average {env['load_average'][0]:.2f}. One process claims {report['leases']:,} "
-        "sessions' leases through one `SqliteStore` (each an OFD write lock on one byte of "
-        "the database file, persistence.md §5), in blocks of "
+        f"`{command}` — Python {env['python']} on {env['platform']} ({env['cpus']} CPUs), "
+        f"{env['when']}, load average {env['load_average'][0]:.2f}. One process claims "
+        f"{report['leases']:,} sessions' leases through one `SqliteStore`, in blocks of "
         f"{LEASE_BLOCK:,}; CPU is `time.thread_time` (kernel time included), collector off. "
-        "The kernel keeps one list of POSIX locks per file and walks it on every lock and "
-        "unlock, so a claim costs in proportion to the leases held on that file (by every "
-        "process). A loop between claims (a real spawn) also evicts that list from the "
-        "caches, so a spawn pays more than these back-to-back claims.",
+        "A lease is an OFD write lock on one byte of a file (persistence.md §5). The kernel "
+        "keeps one list of POSIX locks per file and walks it on every lock and unlock, so a "
+        "claim costs in proportion to the leases held in the same file (by every process). "
+        "A loop between claims (a real spawn) also evicts that list from the caches, so a "
+        "spawn pays more than these back-to-back claims.",
         "",
-        "| leases held before the block | CPU µs per claim |",
-        "|---:|---:|",
     ]
+    if compared:
+        lines += [
+            f"Before: {report['baseline']} (every lease on the database file). After: "
+            f"{report['after']} (leases spread over 16 lock files beside it). Each tree in "
+            f"fresh processes, alternating, medians over {report['rounds']} rounds.",
+            "",
+            "| leases held before the block | before CPU µs per claim | after CPU µs per claim "
+            "| after/before |",
+            "|---:|---:|---:|---:|",
+        ]
+        for block in report["blocks"]:
+            before, after = block["before_claim_cpu_us"], block["after_claim_cpu_us"]
+            lines.append(
+                f"| {block['held_before']:,} | {before:.1f} | {after:.1f} "
+                f"| **{after / before:.2f}** |"
+            )
+        lines += [
+            "",
+            f"Releasing all {report['leases']:,} (from full to empty), µs per release on "
+            f"average: before {report['release']['before']:.1f}, after "
+            f"{report['release']['after']:.1f}.",
+            "",
+        ]
+        return "\n".join(lines)
+    lines += ["| leases held before the block | CPU µs per claim |", "|---:|---:|"]
     for block in report["blocks"]:
         lines.append(f"| {block['held_before']:,} | {block['claim_cpu_us']:.1f} |")
     lines += [
@@ -301,8 +372,13 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "Each cell: a fresh process opens a runtime on the store, spawns one warm-up agent, "
         "then N agents one after another (`await rt.spawn(options, session_id=...)`); CPU "
         "is `time.process_time` (every thread, the SQLite writer's included) over the N "
-        "spawns / N; *GC* is the part of it the cyclic collector took (default thresholds); "
-        f"medians over {report['rounds']} round(s).",
+        "spawns / N; *GC* is the part of it the cyclic collector took ("
+        + (
+            "the runtime opened with `CollectorPolicy.many_agents()`"
+            if report.get("collector") == "many"
+            else "default thresholds"
+        )
+        + f"); medians over {report['rounds']} round(s).",
         "",
     ]
     if compared:
@@ -366,26 +442,41 @@ def main() -> None:
         "--name", default="spawn", help="result file stem (default spawn: spawn.json, spawn.md)"
     )
     parser.add_argument("--child", nargs=2, metavar=("STORE", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--lease-child", type=int, metavar="N", help=argparse.SUPPRESS)
     parser.add_argument(
         "--leases", type=int, metavar="N", help="only the lease scaling figure, N leases"
     )
+    parser.add_argument(
+        "--collector",
+        choices=("default", "many"),
+        default="default",
+        help="the runtime's collector policy (many: CollectorPolicy.many_agents())",
+    )
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child[0], int(args.child[1]), args.collector)
         return
+    if args.lease_child:
+        print(json.dumps(lease_scaling(args.lease_child)))
+        return
+    command = "python -m benchmarks.bench_spawn " + " ".join(sys.argv[1:])
     if args.leases:
-        leases = {**lease_scaling(args.leases), "environment": environment()}
+        if args.baseline:
+            leases = compare_leases(args.baseline, args.leases, args.rounds or 3)
+        else:
+            leases = {**lease_scaling(args.leases), "environment": environment()}
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "spawn_leases.json").write_text(json.dumps(leases, indent=2) + "\n")
-        text = lease_markdown(leases)
+        text = lease_markdown(leases, command.strip())
         (RESULTS / "spawn_leases.md").write_text(text)
         print(text)
         return
     sizes = tuple(args.sizes or (QUICK_SIZES if args.quick else SIZES))
     rounds = args.rounds or (1 if args.quick else 5)
-    report = compare(args.baseline, sizes, rounds)
-    command = "python -m benchmarks.bench_spawn " + " ".join(sys.argv[1:])
+    report = compare(args.baseline, sizes, rounds, args.collector)
     suffix = "-quick" if args.quick else ""
+    if args.collector == "many" and args.name == "spawn":
+        args.name = "spawn_many"
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}{suffix}.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report, command.strip())

@@ -405,10 +405,10 @@ class Runtime:
         loop.attach(mailbox, mailbox.stop)
         # Not a cancel point: once spawned, the loop is registered and must reach its
         # caller, who owns disposing it; a cancel here would leave a live agent nobody
-        # holds. The loop sets `started` in its first step, before it first awaits, so a
+        # holds. The loop sets `has_started` in its first step, before it first awaits, so a
         # schedule point or two (the order within a scheduler batch is random) lets it run
         # - without the shielded cancel scope and event wait this took before (~10 µs).
-        while not loop.started.is_set() and mailbox.alive:
+        while not loop.has_started and mailbox.alive:
             await trio.lowlevel.cancel_shielded_checkpoint()
         self.collector.after_start()
         return loop.agent

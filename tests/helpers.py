@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import select
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,3 +32,19 @@ async def wait_until(predicate: Any) -> None:
     with trio.fail_after(5):
         while not predicate():  # noqa: ASYNC110 - the state has no event to wait on
             await trio.sleep(0.001)
+
+
+def start_ready_child(script: str, *args: str) -> subprocess.Popen[bytes]:
+    """`python -c script args...` with piped stdio, once it has printed READY (30 s at most;
+    its stderr is the failure message otherwise)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else b""
+    assert line == b"READY\n", proc.stderr.read() if proc.stderr else line
+    return proc

@@ -603,8 +603,8 @@ def open_fd_count() -> int:
 
 
 async def test_sqlite_leases_need_no_descriptor_each(tmp_path: Path) -> None:
-    # SQLite writer leases are byte-range locks on one descriptor of the database file, so
-    # many live agents fit under a low soft limit without raising it.
+    # SQLite writer leases are byte-range locks in at most 16 lease lock files (one
+    # descriptor each), so many live agents fit under a low soft limit without raising it.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     low = open_fd_count() + 30
     resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))

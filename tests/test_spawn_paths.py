@@ -5,6 +5,8 @@ check would have let through (and refuses the rest with the check's own errors).
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict
 from actorloop.codecs.rows import meta_from_row, session_row
 from actorloop.runtime import AgentOptions, EchoProvider
-from actorloop.runtime.errors import SessionFormatError, SessionFormatUnsupported
+from actorloop.runtime.errors import SessionExists, SessionFormatError, SessionFormatUnsupported
 from actorloop.runtime.kernel import Mailbox, Supervisor
 from actorloop.runtime.meta import FORMAT_VERSION, SessionMeta
 from actorloop.runtime.runtime import Runtime
@@ -257,3 +259,52 @@ def test_sqlite_create_writes_or_refuses_as_the_read_back_check_decides(
         assert str(got).split(": ", 1)[-1] == str(expected).split(": ", 1)[-1]
     else:
         assert got == expected
+
+
+# ---------------------------------------------------------------- one-statement create
+
+
+async def test_a_create_meeting_a_held_write_lock_waits_on_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    # The create is one autocommit INSERT: inline, a held write lock refuses it at once
+    # (nothing written, no busy wait on the trio thread) and the writer thread waits.
+    path = tmp_path / "busy.db"
+    store = SqliteStore(path)
+    try:
+        await store.create(SessionMeta("first"))
+        inline_before = store._inline_commits
+        with closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.create, SessionMeta("second"))
+                await trio.testing.wait_all_tasks_blocked()
+                assert not _stored_elsewhere(path, "second")
+                other.execute("COMMIT")
+        assert store._inline_commits == inline_before
+        assert [meta.id for meta in await store.list()] == ["first", "second"]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_a_second_create_of_an_id_is_session_exists_and_changes_nothing(
+    tmp_path: Path, inline: bool
+) -> None:
+    path = tmp_path / "twice.db"
+    store = SqliteStore(path, synchronous="NORMAL" if inline else "FULL")
+    try:
+        await store.create(SessionMeta("once", created_at=1))
+        with pytest.raises(SessionExists, match="once"):
+            await store.create(SessionMeta("once", created_at=2))
+        (listed,) = await store.list()
+        assert listed == SessionMeta("once", created_at=1)
+    finally:
+        await store.close()
+
+
+def _stored_elsewhere(path: Path, session_id: str) -> bool:
+    with closing(sqlite3.connect(path)) as db:
+        return (
+            db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
+        )

@@ -45,6 +45,7 @@ from actorloop.runtime.session import Session, SessionMeta
 from actorloop.runtime.stores import JsonlStore, Lease, MemoryStore, SqliteStore, Store, open_store
 from actorloop.runtime.stores import jsonl as jsonl_store
 from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH, check_session_id
+from actorloop.runtime.stores.leases import lease_place
 from actorloop.runtime.stores.postgres import PostgresStore
 
 KINDS = ("memory", "sqlite", "jsonl", "postgres")
@@ -343,6 +344,8 @@ async def test_hostile_ids_are_refused_everywhere(store: Store, bad: str, tmp_pa
         "lock",
         "store.db.locks",
         "parent.lock",
+        "store.db.leases",  # the SQLite lease lock files (persistence.md §5)
+        f"{lease_place('parent')[0]:02x}",
     }
     assert {entry.name for entry in tmp_path.parent.iterdir()} == siblings
 

@@ -4,12 +4,15 @@ Two locks back a lease, both released by the kernel when the holder dies (even b
 
 * `FlockFiles`: an exclusive `flock` on a per-session lock file (the JSONL store keeps it in
   the session's directory, which every path to the store reaches).
-* `RangeLocks`: an open-file-description (OFD) byte-range lock on the database file itself,
-  at an offset derived from the session id, far past any byte SQLite locks. The lock is on
-  the file's identity (device + inode), so a symlink or a hard link to the same database
-  meets the same lock. The same file also carries the *path binding* (`FileIdentity.bind`):
-  a read lock per path the database is open through, so a second path (a hard link, for
-  which SQLite keeps a second WAL) is refused while the first is open.
+* `RangeLocks`: an open-file-description (OFD) byte-range lock in one of `LEASE_FILES` lock
+  files beside the database, chosen and placed by a hash of the session id. The kernel
+  walks one list of locks per file on every lock and unlock, so spreading the leases keeps
+  each list short. The database file itself carries the *path binding*
+  (`FileIdentity.bind`): a read lock per path the database is open through, so a second
+  path (a hard link, for which SQLite keeps a second WAL, and its lock files) is refused
+  while the first is open. The lock files are named after the path the binding admits.
+  The binding also keeps builds of schema <= 2 (leases on the database file) out while
+  this one has it open, and the other way round.
 
 One descriptor per file identity is kept per process (`FileIdentity`) and closed only when
 the last store using it has closed its SQLite connection: closing any descriptor of a file
@@ -36,10 +39,23 @@ OFD_LOCKS = hasattr(fcntl, "F_OFD_SETLK")
 """Whether this platform has OFD locks (Linux >= 3.15); elsewhere SQLite falls back to lock
 files beside the resolved database path (symlinks share them, hard links do not)."""
 
+LEASE_FILES = 16
+"""Lock files the leases of one database are spread over (persistence.md §5): each kernel
+list then holds about 1/16 of them, at the cost of at most 16 descriptors per database."""
+
 _LEASE_BASE = 1 << 62
-_PATH_BASE = _LEASE_BASE + (1 << 61)
 _SLOTS = 1 << 60
-_FLOCK = "hhqqi4x"
+_PATH_BASE = _LEASE_BASE + _SLOTS
+"""Path bindings on the database file (schema 3): below the ranges older builds lock."""
+_OLDER_PATH_BASE = _LEASE_BASE + (1 << 61)
+"""Where builds of schema <= 2 bind paths on the database file ([base, base + _SLOTS));
+their leases are at [_LEASE_BASE, _LEASE_BASE + _SLOTS)."""
+_SCHEMA_3_MARK = _OLDER_PATH_BASE + _SLOTS - 1
+"""The byte every process of this build read-locks while it has the database open: to a
+build of schema <= 2 it is another path's binding."""
+_OLDER_BUILDS_LOCK = ((_LEASE_BASE, _SLOTS), (_OLDER_PATH_BASE, _SLOTS - 1))
+"""Where a lock means a build of schema <= 2 has the database open (the mark excluded)."""
+_FLOCK = struct.Struct("hhqqi4x")
 """`struct flock` on Linux: l_type, l_whence, l_start, l_len, l_pid (+ padding)."""
 
 
@@ -121,10 +137,23 @@ def _slot(base: int, key: str) -> int:
     return base + int.from_bytes(digest, "big") % _SLOTS
 
 
+def _lease_hash(session_id: str) -> int:
+    """A 64-bit hash of the session id: its top 4 bits pick the lease lock file, its low 60
+    bits the byte (`lease_place`). An int, so a held lease's key is no tracked object."""
+    return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "big")
+
+
+def lease_place(session_id: str) -> tuple[int, int]:
+    """Which lock file and which byte of it hold the session's lease: the same in every
+    process (persistence.md §5)."""
+    value = _lease_hash(session_id)
+    return value >> 60, _LEASE_BASE + (value & (_SLOTS - 1))
+
+
 def _range_lock(fd: int, kind: int, start: int, length: int = 1) -> bool:
     """Set (or clear, with F_UNLCK) an OFD lock; False if another description holds it."""
     try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, start, length, 0))
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(kind, os.SEEK_SET, start, length, 0))
     except OSError as exc:
         if exc.errno in (errno.EAGAIN, errno.EACCES):
             return False
@@ -134,9 +163,9 @@ def _range_lock(fd: int, kind: int, start: int, length: int = 1) -> bool:
 
 def _range_free(fd: int, start: int, length: int) -> bool:
     """Whether no other open file description holds any lock in the range."""
-    probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+    probe = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
     answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe)
-    return struct.unpack(_FLOCK, answer)[0] == fcntl.F_UNLCK
+    return _FLOCK.unpack(answer)[0] == fcntl.F_UNLCK
 
 
 class FileIdentity:
@@ -146,13 +175,18 @@ class FileIdentity:
     _registry: ClassVar[dict[tuple[int, int], FileIdentity]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, key: tuple[int, int], fd: int) -> None:
+    def __init__(self, key: tuple[int, int], fd: int, path: Path) -> None:
         self.key = key
         self.fd = fd
         self.users = 0
         self.paths: Counter[str] = Counter()
-        self.leased: Counter[int] = Counter()
+        self.leased: set[int] = set()
+        """The hashes of the leases this process holds in the lease lock files."""
         self.mutex = threading.Lock()
+        self.lease_dir = path.with_name(path.name + ".leases")
+        """Where the lease lock files are: beside the path the file was first opened by
+        (a second path is refused while this one is bound)."""
+        self._lease_fds: list[int | None] = [None] * LEASE_FILES
 
     @classmethod
     def open(cls, path: Path) -> FileIdentity:
@@ -175,7 +209,7 @@ class FileIdentity:
                     raise StoreError(f"cannot open {path}: {exc}") from exc
                 opened = os.fstat(fd)
                 key = (opened.st_dev, opened.st_ino)
-                identity = cls._registry[key] = cls(key, fd)
+                identity = cls._registry[key] = cls(key, fd, path)
             identity.users += 1
         return identity
 
@@ -186,7 +220,23 @@ class FileIdentity:
             if self.users:
                 return
             del self._registry[self.key]
+        for fd in self._lease_fds:
+            if fd is not None:
+                os.close(fd)
         os.close(self.fd)
+
+    def lease_fd(self, shard: int) -> int:
+        """The descriptor of lease lock file `shard` (opened on first use), under `mutex`."""
+        fd = self._lease_fds[shard]
+        if fd is None:
+            path = self.lease_dir / f"{shard:02x}"
+            try:
+                self.lease_dir.mkdir(exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise StoreError(f"cannot open lease lock file {path}: {exc}") from exc
+            self._lease_fds[shard] = fd
+        return fd
 
     def bind(self, name: str) -> None:
         """Record that the file is open through path `name`; StoreError if this or another
@@ -206,7 +256,28 @@ class FileIdentity:
                 if not (held and below and above):
                     _range_lock(self.fd, fcntl.F_UNLCK, slot)
                     raise _alias_error(name, "another process has it open through another path")
+                self._exclude_older_builds(name, slot)
             self.paths[name] += 1
+
+    def _exclude_older_builds(self, name: str, slot: int) -> None:
+        """Keep builds of schema <= 2 (which lock leases on this file, where this build does
+        not look) and this one from having the file open at the same time, in the same
+        lock-then-probe way as the path binding, so that of two opening at once at least
+        one sees the other: a read lock at `_SCHEMA_3_MARK`, inside the range where those
+        builds bind paths (any of them binding later finds it and refuses, as a second
+        path), then a probe for any of their locks (a path binding, a lease)."""
+        marked = _range_lock(self.fd, fcntl.F_RDLCK, _SCHEMA_3_MARK)
+        free = marked and all(
+            _range_free(self.fd, start, length) for start, length in _OLDER_BUILDS_LOCK
+        )
+        if not free:
+            _range_lock(self.fd, fcntl.F_UNLCK, _SCHEMA_3_MARK)
+            _range_lock(self.fd, fcntl.F_UNLCK, slot)
+            raise StoreError(
+                f"sqlite {name}: an older actorloop build (database schema 2 or below) has "
+                "this database open, and it locks writer leases elsewhere; close it, then "
+                "open the database with this build (which migrates it to schema 3)"
+            )
 
     def unbind(self, name: str) -> None:
         with self.mutex:
@@ -214,6 +285,7 @@ class FileIdentity:
             if self.paths[name] <= 0:
                 del self.paths[name]
                 _range_lock(self.fd, fcntl.F_UNLCK, _slot(_PATH_BASE, name))
+                _range_lock(self.fd, fcntl.F_UNLCK, _SCHEMA_3_MARK)
 
 
 def _alias_error(name: str, detail: str) -> StoreError:
@@ -225,32 +297,37 @@ def _alias_error(name: str, detail: str) -> StoreError:
 
 
 class RangeLocks:
-    """Leases as OFD byte-range locks on a file's identity (the token: identity and slot)."""
+    """Leases as OFD byte-range locks in the lease lock files of a database's identity (the
+    token: the lease's hash, `_lease_hash`)."""
 
     def __init__(self, identity: Callable[[], FileIdentity]) -> None:
         self._identity = identity
+        self._file: FileIdentity | None = None
+        """The identity the first claim got (a store's never changes): a release needs it
+        after the store has closed its connection."""
 
     def acquire(self, session_id: str) -> object | None:
-        identity = self._identity()
-        slot = _slot(_LEASE_BASE, session_id)
+        identity = self._file = self._identity()
+        value = _lease_hash(session_id)
         with identity.mutex:
-            # Another store instance of this process shares the descriptor, and locks of
+            # Another store instance of this process shares the descriptors, and locks of
             # one description never conflict with each other: check in-process holders.
-            if identity.leased[slot]:
+            if value in identity.leased:
                 return None
-            if not _range_lock(identity.fd, fcntl.F_WRLCK, slot):
+            fd = identity.lease_fd(value >> 60)
+            if not _range_lock(fd, fcntl.F_WRLCK, _LEASE_BASE + (value & (_SLOTS - 1))):
                 return None
-            identity.leased[slot] += 1
-        return identity, slot
+            identity.leased.add(value)
+        return value
 
     def release(self, session_id: str, token: object) -> None:
-        assert isinstance(token, tuple)
-        identity, slot = token
+        assert isinstance(token, int) and self._file is not None
+        identity = self._file
         with identity.mutex:
-            identity.leased[slot] -= 1
-            if identity.leased[slot] <= 0:
-                del identity.leased[slot]
-                _range_lock(identity.fd, fcntl.F_UNLCK, slot)
+            if token in identity.leased:
+                identity.leased.remove(token)
+                fd = identity.lease_fd(token >> 60)
+                _range_lock(fd, fcntl.F_UNLCK, _LEASE_BASE + (token & (_SLOTS - 1)))
 
 
 class LeaseTable:

@@ -10,8 +10,8 @@ writer thread, posted after an estimated number of WAL pages.
 Every event row carries a CRC-32 of its stored bytes and every session row the acknowledged
 head of its log, updated in the transaction that appends; a load checks both, so a missing,
 reordered or altered row is `SessionCorruptError` naming the seq, never a shorter log.
-Writer leases are byte-range locks on the database file itself (`leases.RangeLocks`), and
-the file may be open through one path only (SQLite keeps a WAL per path).
+Writer leases are byte-range locks in lock files beside the database (`leases.RangeLocks`),
+and the file may be open through one path only (SQLite keeps a WAL per path).
 
 The tail of a session this instance has written under its lease is kept in memory, so a
 commit reads nothing back: its head update is conditional on the head it remembers, and a
@@ -21,8 +21,10 @@ checked path, which reads every head and tail from the database.
 `synchronous=NORMAL` (default) makes every committed append survive a process crash;
 `FULL` also fsyncs the WAL on each commit, so it survives power loss.
 
-Schema versions (`PRAGMA user_version`): 2 is written by this build; a version-1 database
-(no checksums, no heads) is migrated in place on first open, in one transaction.
+Schema versions (`PRAGMA user_version`): 3 is written by this build; a version-1 database
+(no checksums, no heads) or a version-2 one (leases locked on the database file itself) is
+migrated in place on first open, in one transaction (no older build can have it open: the
+path binding keeps them apart, `leases.FileIdentity.bind`).
 """
 
 from __future__ import annotations
@@ -106,8 +108,9 @@ class _Busy(Exception):
     """An inline commit found the write lock held: nothing was written, use the thread."""
 
 
-SCHEMA_VERSION = 2
-"""`PRAGMA user_version` of a database this build writes; 1 is migrated, newer refused."""
+SCHEMA_VERSION = 3
+"""`PRAGMA user_version` of a database this build writes; 1 and 2 are migrated, newer
+refused. 3 has the tables of 2; it moved the writer leases into lock files (leases.py)."""
 
 EVENTS_TABLE = """
 CREATE TABLE events (
@@ -119,7 +122,7 @@ CREATE TABLE events (
     crc INTEGER NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID"""
-"""The events table of schema 2 (one clustered b-tree per session's seqs)."""
+"""The events table of schemas 2 and 3 (one clustered b-tree per session's seqs)."""
 
 _SCHEMA = f"""
 CREATE TABLE sessions (
@@ -291,8 +294,10 @@ class SqliteStore:
         return db
 
     def _prepare_schema(self, db: sqlite3.Connection) -> None:
-        """Create the schema in an empty database, or migrate a version-1 one (re-read
-        under the write lock: another process may have done it meanwhile)."""
+        """Create the schema in an empty database, or migrate a version-1 or -2 one (re-read
+        under the write lock: another process may have done it meanwhile). No build of
+        schema <= 2 has the file open meanwhile: the path binding excludes them
+        (`FileIdentity.bind`)."""
         db.execute("BEGIN IMMEDIATE")
         try:
             version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -308,7 +313,7 @@ class SqliteStore:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
-            elif version != SCHEMA_VERSION:
+            elif version not in (2, SCHEMA_VERSION):
                 raise SessionFormatUnsupported(
                     f"sqlite {self.path}: schema version {version} with tables present is "
                     "not a database this build wrote; refusing to open it"
@@ -445,14 +450,19 @@ class SqliteStore:
         row = session_row(meta)
 
         def insert(db: sqlite3.Connection) -> None:
-            # The key constraint is the existence check (a failed statement leaves the
-            # transaction open): one statement per create, not two.
+            # One statement, its own transaction (autocommit: no BEGIN and COMMIT round
+            # trips); the key constraint is the existence check. A refused statement wrote
+            # nothing, and rows are never deleted, so a row found after it is the reason.
             try:
                 db.execute(_INSERT_SESSION, row)
             except sqlite3.IntegrityError:
                 if self._row(db, meta.id) is None:
                     raise
                 raise SessionExists(meta.id) from None
+            except sqlite3.OperationalError as exc:
+                if self._inline_now and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                    raise _Busy from exc
+                raise
 
         if not plain_meta(meta):
             # Refuse writing what a load could not read back (an unsupported version, a
@@ -461,7 +471,7 @@ class SqliteStore:
 
         def run() -> None:
             with self._lock:
-                self._transaction(insert, write=True)
+                self._locked(insert)
                 self._note_wal(2)
 
         if not self._inline(run):
