@@ -22,7 +22,9 @@ Writes benchmarks/results/floor.json and floor.md (`--quick` writes floor-quick.
     with the store's table and `synchronous=NORMAL`;
   * resume — of a session of 100,000 events (10,000 with --quick) written through the
     store: the SQL SELECT of its rows plus `orjson.loads` of every body, against
-    `Runtime.resume` of the same session (CPU time).
+    `Runtime.resume` of the same session (CPU time). `--resume-baseline PYTHON [--rounds N]`
+    measures only this figure, for this tree and a baseline tree's interpreter in
+    interleaved fresh subprocesses (floor_resume.json / .md).
 * Rounds interleave the step and its floor; each figure is the median over rounds.
 """
 
@@ -34,6 +36,7 @@ import json
 import platform
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -238,25 +241,36 @@ async def _cpu(work: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     return time.process_time() - began, value
 
 
-async def bench_resume(root: Path, events: int, rounds: int) -> dict[str, Any]:
-    db = root / "resume.db"
+async def _resume_round(db: Path) -> tuple[float, float, int]:
+    """One round of the resume figure: (floor CPU s, resume CPU s, events) for the stored
+    session in `db`, the floor measured first in the same process."""
+    gc.collect()
+    began = time.process_time()
+    loaded = _select_and_parse(db, "resume-floor")
+    floor = time.process_time() - began
+    async with Runtime.open(store=f"sqlite:{db}", provider=EchoProvider()) as rt:
+        gc.collect()
+        took, agent = await _cpu(lambda rt=rt: rt.resume("resume-floor"))
+        if len(agent.session) != loaded:
+            raise RuntimeError("resume loaded a different log than the floor read")
+        await agent.dispose()
+    return floor, took, loaded
+
+
+async def _write_resume_session(db: Path, events: int) -> None:
     session = loop_shaped_session("resume-floor", events)
     await write_directly(f"sqlite:{db}", session)
-    del session
+
+
+async def bench_resume(root: Path, events: int, rounds: int) -> dict[str, Any]:
+    db = root / "resume.db"
+    await _write_resume_session(db, events)
     floor: list[float] = []
     resume: list[float] = []
     for _ in range(rounds):
-        gc.collect()
-        began = time.process_time()
-        loaded = _select_and_parse(db, "resume-floor")
-        floor.append(time.process_time() - began)
-        async with Runtime.open(store=f"sqlite:{db}", provider=EchoProvider()) as rt:
-            gc.collect()
-            took, agent = await _cpu(lambda rt=rt: rt.resume("resume-floor"))
-            if len(agent.session) != loaded:
-                raise RuntimeError("resume loaded a different log than the floor read")
-            resume.append(took)
-            await agent.dispose()
+        floor_s, resume_s, loaded = await _resume_round(db)
+        floor.append(floor_s)
+        resume.append(resume_s)
     floor_s, resume_s = statistics.median(floor), statistics.median(resume)
     return {
         "events": loaded,
@@ -265,6 +279,100 @@ async def bench_resume(root: Path, events: int, rounds: int) -> dict[str, Any]:
         "resume_cpu_s": round(resume_s, 3),
         "ratio_resume_to_floor": round(resume_s / floor_s, 2),
     }
+
+
+def compare_resume(base_python: str, rounds: int, events: int) -> dict[str, Any]:
+    """Resume ÷ floor of this tree and of a baseline tree's interpreter (its own editable
+    install of actorloop) in one run: each round runs one fresh subprocess per tree,
+    interleaved, on the same stored session (written by this tree)."""
+    trees = {"baseline": base_python, "this tree": sys.executable}
+    samples: dict[str, list[dict[str, float]]] = {label: [] for label in trees}
+    with tempfile.TemporaryDirectory(prefix="actorloop-floor-resume-") as tmp:
+        db = Path(tmp) / "resume.db"
+        trio.run(_write_resume_session, db, events)
+        for index in range(rounds):
+            for label, python in trees.items():
+                done = subprocess.run(
+                    [python, "-m", "benchmarks.bench_floor", "--resume-worker", str(db)],
+                    cwd=Path(__file__).resolve().parent.parent,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                samples[label].append(row)
+                print(
+                    f"round {index + 1}/{rounds} {label}: resume {row['resume_cpu_s']:.3f} s, "
+                    f"floor {row['floor_cpu_s']:.3f} s, {row['ratio']:.2f}x",
+                    flush=True,
+                )
+    per_round = [
+        this["ratio"] / base["ratio"]
+        for base, this in zip(samples["baseline"], samples["this tree"], strict=True)
+    ]
+    return {
+        "trees": trees,
+        "events": int(samples["this tree"][0]["events"]),
+        "rounds": rounds,
+        "medians": {
+            label: {
+                key: round(statistics.median(row[key] for row in rows), 3)
+                for key in ("resume_cpu_s", "floor_cpu_s", "ratio")
+            }
+            for label, rows in samples.items()
+        },
+        "ratio_this_over_baseline_per_round": [round(value, 3) for value in per_round],
+        "ratio_this_over_baseline_median": round(statistics.median(per_round), 3),
+        "samples": samples,
+        "environment": {
+            "platform": platform.platform(),
+            "generated": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+        "versions": _versions(),
+    }
+
+
+def compare_resume_markdown(report: dict[str, Any]) -> str:
+    medians, versions, env = report["medians"], report["versions"], report["environment"]
+    rows = [
+        f"| {label} | {m['resume_cpu_s']:.3f} | {m['floor_cpu_s']:.3f} | **{m['ratio']:.2f}** |"
+        for label, m in medians.items()
+    ]
+    spread = ", ".join(f"{value:.2f}" for value in report["ratio_this_over_baseline_per_round"])
+    return "\n".join(
+        [
+            "# Resume ÷ floor: this tree against a baseline tree, in one run",
+            "",
+            "`python -m benchmarks.bench_floor --resume-baseline PYTHON --rounds "
+            f"{report['rounds']}` — Python {versions['python']}, SQLite {versions['sqlite']}, "
+            f"orjson {versions['orjson']} on {env['platform']} (2 cores shared with other "
+            f"engineers' benchmarks: read the ratios), {env['generated']}.",
+            "",
+            f"`Runtime.resume` of a stored `sqlite:` session of {report['events']:,} loop-shaped "
+            "events (closed single-step turns, `benchmarks/bench_runtime.py`), CPU time "
+            "(`time.process_time`, the store's thread included), against its floor measured "
+            "first in the same process: a sqlite3 `SELECT` of the bodies plus `orjson.loads` "
+            f"of each. Each of {report['rounds']} rounds runs one fresh subprocess per tree, "
+            "trees interleaved, on the same database file; medians over rounds.",
+            "",
+            "| tree | resume CPU s | floor CPU s | resume ÷ floor |",
+            "|---|---:|---:|---:|",
+            *rows,
+            "",
+            "(resume ÷ floor of this tree) ÷ (that of the baseline), round by round: "
+            f"{spread}; median **{report['ratio_this_over_baseline_median']:.2f}**.",
+            "",
+            "Trees: "
+            + ", ".join(f"{label} = `{python}`" for label, python in report["trees"].items()),
+            "",
+        ]
+    )
+
+
+def _resume_worker(db: Path) -> None:
+    floor, took, loaded = trio.run(_resume_round, db)
+    row = {"floor_cpu_s": floor, "resume_cpu_s": took, "ratio": took / floor, "events": loaded}
+    print(json.dumps(row))
 
 
 def _versions() -> dict[str, str]:
@@ -354,7 +462,25 @@ def to_markdown(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_floor", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer rounds, 10k-event resume")
+    parser.add_argument(
+        "--resume-baseline",
+        metavar="PYTHON",
+        help="only the resume figure, against this baseline interpreter (floor_resume.*)",
+    )
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of --resume-baseline")
+    parser.add_argument("--resume-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.resume_worker is not None:
+        _resume_worker(args.resume_worker)
+        return 0
+    if args.resume_baseline is not None:
+        compared = compare_resume(args.resume_baseline, args.rounds, 100_000)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "floor_resume.json").write_text(json.dumps(compared, indent=2) + "\n")
+        markdown = compare_resume_markdown(compared)
+        (RESULTS / "floor_resume.md").write_text(markdown)
+        print(markdown)
+        return 0
     report = trio.run(run, args.quick)
     suffix = "-quick" if args.quick else ""
     RESULTS.mkdir(parents=True, exist_ok=True)

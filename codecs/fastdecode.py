@@ -60,11 +60,12 @@ def _filler(cls: type) -> type | None:
     """A subclass of the frozen slotted `cls` that adds no slot and lets its instances'
     slots be assigned, or None where that does not hold.
 
-    A decoder fills a new instance of it with plain attribute stores (what the interpreter
-    does fastest: each frozen-class slot setter is a call through a method wrapper, twice
-    the cost of a whole plain store), then sets its `__class__` to `cls`, which CPython
-    allows because the layouts are the same: what the caller gets is an instance of `cls`
-    and nothing else. Checked once here, on an instance built that way.
+    A decoder makes a bare instance of it (`filler()`, no `__init__` run), fills it with
+    plain attribute stores (what the interpreter does fastest: each frozen-class slot setter
+    is a call through a method wrapper, twice the cost of a whole plain store), then sets its
+    `__class__` to `cls`, which CPython allows because the layouts are the same: what the
+    caller gets is an instance of `cls` and nothing else. Checked once here, on an instance
+    built that way.
     """
     names = [field.name for field in attrs.fields(cls)]
     filler = type(
@@ -72,11 +73,18 @@ def _filler(cls: type) -> type | None:
         (cls,),
         # Both setattr slots overridden by object's: the type then stores attributes the
         # generic way (a __delattr__ left to the frozen class would keep the slow path).
-        {"__slots__": (), "__setattr__": object.__setattr__, "__delattr__": object.__delattr__},
+        # object's __init__ too: `filler()` then makes a bare instance, cheaper than a call
+        # of object.__new__ (which checks its caller's type for a safe base first).
+        {
+            "__slots__": (),
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+            "__init__": object.__init__,
+        },
     )
-    probe: Any = object.__new__(filler)
     markers = [object() for _ in names]
     try:
+        probe: Any = filler()
         for name, marker in zip(names, markers, strict=True):
             setattr(probe, name, marker)
         probe.__class__ = cls
@@ -257,9 +265,8 @@ class DecoderBuilder:
             arguments = ", ".join(positional + keyword)
             lines.append(f"{pad}{var} = {self._constant(cls, 'c')}({arguments})")
         else:
-            self._globals["NEW"] = object.__new__
             instance = f"{var}_r"
-            lines.append(f"{pad}{instance} = NEW({self._constant(filler, 'filler')})")
+            lines.append(f"{pad}{instance} = {self._constant(filler, 'filler')}()")
             for field, value in zip(fields, values, strict=True):
                 lines.append(f"{pad}{instance}.{field.name} = {value}")
             lines.append(f"{pad}{instance}.__class__ = {self._constant(cls, 'c')}")

@@ -36,15 +36,16 @@ from actorloop.runtime.events import (
     EventData,
     IgnorableData,
     Replace,
+    RequestHeaderEvent,
     SessionEvent,
     SurfaceOp,
     TurnEnd,
 )
-from actorloop.runtime.header import EpochHeader
+from actorloop.runtime.header import EpochHeader, HeaderDelta
 from actorloop.runtime.header_algebra import HeaderFold
 from actorloop.runtime.messages import Message
 from actorloop.runtime.meta import SessionMeta, now_ms
-from actorloop.runtime.structure import TurnStructure
+from actorloop.runtime.structure import ADVANCING, Rule, TurnStructure, rule_of
 from actorloop.runtime.surface import SurfaceFold
 
 log = logging.getLogger("actorloop.session")
@@ -52,8 +53,23 @@ log = logging.getLogger("actorloop.session")
 SessionObserver = Callable[[SessionEvent], None]
 
 _HEADER_DATA = frozenset(
-    cls for name, cls in DATA_BY_TYPE.items() if name in ("request/header", "request/header-delta")
+    cls for cls in DATA_BY_TYPE.values() if issubclass(cls, (RequestHeaderEvent, HeaderDelta))
 )
+"""The data classes the header fold takes (`HeaderFold.feed` passes over every other)."""
+_ENVELOPES: dict[str, tuple[type, bool | None]] = {
+    name: (cls, name in SURFACE_TYPES) for name, cls in DATA_BY_TYPE.items()
+}
+"""Per known event type: the exact class of its data, and whether it is a surface event."""
+_FOLD_STEPS: dict[type, tuple[Rule, bool, bool]] = {
+    cls: (rule_of(cls), issubclass(cls, tuple(ADVANCING)), cls in _HEADER_DATA)
+    for cls in (*DATA_BY_TYPE.values(), IgnorableData)
+}
+"""Per exact data class of an event whose envelope holds: its structure rule, whether the
+structure advances on it, whether the header fold takes it."""
+
+
+def _checked_structure(structure: TurnStructure, event: SessionEvent, _data: object) -> None:
+    structure.check(event)
 
 
 class EventLog:
@@ -137,7 +153,8 @@ def _envelope_problem(event: SessionEvent, expected_seq: int) -> str | None:
         if event.surface_op is not None or event.source_event_seqs is not None:
             return "an ignorable event takes no part in the surface"
         return None
-    expected = DATA_BY_TYPE.get(event.type)
+    # A type that is no string (an unhashable one included) is no known type either.
+    expected = DATA_BY_TYPE.get(event.type) if isinstance(event.type, str) else None
     if expected is None:
         return "unknown event type (not marked ignorable)"
     if type(event.data) is not expected:
@@ -371,29 +388,78 @@ class Session:
     def _replay(self, events: Iterable[SessionEvent]) -> None:
         """`_commit(event, detach=False)` of each event in turn, with the look-ups it makes
         per event made once: what a load of thousands of events spends most time on. Only
-        for a session nobody observes yet (no notification is made)."""
+        for a new session nobody observes yet (no notification is made).
+
+        The envelope is checked inline for the shapes nearly every event has (a known type and
+        its exact data class, not ignorable, an Append or no surface op as its type requires,
+        at most one earlier source seq); that test passes only events `_envelope_problem`
+        passes, and any other event is judged by `_envelope_problem` itself, so a rule broken
+        is reported with the same words either way. The structure rule is called by the data's
+        class (`rule_of`, what `TurnStructure.check` dispatches to), and the steps `_commit`
+        makes that cannot do anything for an event are left out: the surface check of an
+        Append (only a Replace is checked against the nodes), `advance` on data it passes over
+        (`ADVANCING`) and the header fold of data that is no header.
+        """
         assert not self._observers
         state = self._folded()
         log = self._log
+        assert log._base is None  # a new session: its events are all its own
+        own = log._own
+        log._snapshot = None  # nothing reads a snapshot while the replay runs
         structure, surface, header = state.structure, state.surface, state.header
-        check_structure, advance = structure.check, structure.advance
+        advance = structure.advance
+        surface_check, surface_apply, header_feed = surface.check, surface.apply, header.feed
         lookup = log.__getitem__
-        seq = len(log)
+        envelopes, fold_steps, header_data = _ENVELOPES, _FOLD_STEPS, _HEADER_DATA
+        append_op, most = Append, MAX_SAFE_INT
+        seq = len(own)
+        kind: type | None
+        surface_event: bool | None
         for event in events:
-            problem = _envelope_problem(event, seq)
-            if problem is not None:
-                raise SessionValidationError(seq, f"{event.type}: {problem}")
-            check_structure(event)
-            op = event.surface_op
-            if op is not None:
-                surface.check(event, lookup)
-            if type(event.data) in _HEADER_DATA:
+            data, op, seqs, time = event.data, event.surface_op, event.source_event_seqs, event.time
+            try:
+                kind, surface_event = envelopes[event.type]
+            except (KeyError, TypeError):  # unknown or unhashable type: the full rule decides
+                kind, surface_event = None, None
+            if not (
+                type(data) is kind
+                and event.ignorable is False
+                and event.seq == seq
+                and type(event.seq) is int
+                and type(time) is int
+                and 0 <= time <= most
+                and (op is None) is not surface_event
+                and (op is None or type(op) is append_op)
+                and (
+                    seqs is None
+                    or (
+                        surface_event
+                        and type(seqs) is tuple
+                        and len(seqs) == 1
+                        and type(seqs[0]) is int
+                        and 0 <= seqs[0] < seq
+                    )
+                )
+            ):
+                problem = _envelope_problem(event, seq)
+                if problem is not None:
+                    raise SessionValidationError(seq, f"{event.type}: {problem}")
+            steps = fold_steps.get(type(data))
+            if steps is None:  # a subclass of IgnorableData: the generic calls decide
+                steps = (_checked_structure, True, type(data) in header_data)
+            rule, advances, feeds_header = steps
+            rule(structure, event, data)
+            if op is not None and type(op) is not append_op:
+                surface_check(event, lookup)
+            if feeds_header:
                 _preview_header(header, event, seq)
-            log.append(event)
-            advance(event)
+            own.append(event)
+            if advances:
+                advance(event)
             if op is not None:
-                surface.apply(event)
-            header.feed(event)
+                surface_apply(event)
+            if feeds_header:
+                header_feed(event)
             seq += 1
 
     def _notify(self, event: SessionEvent) -> None:

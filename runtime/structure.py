@@ -203,8 +203,9 @@ class TurnStructure:
             self.results_in_step.add(data.call_id)
 
 
-_Rule = Callable[[TurnStructure, SessionEvent, Any], None]
-_RULES: dict[type, _Rule] = {
+Rule = Callable[[TurnStructure, SessionEvent, Any], None]
+"""A structure rule: `rule(structure, event, event.data)` raises if the event breaks it."""
+_RULES: dict[type, Rule] = {
     TurnStart: TurnStructure._turn_start,
     TurnEnd: TurnStructure._turn_end,
     StepStart: TurnStructure._step_start,
@@ -223,3 +224,17 @@ _RULES: dict[type, _Rule] = {
 }
 """The rule of each event data class; any other known class (headers, compaction summary
 and prune) needs an open turn only."""
+
+
+def rule_of(data_class: type) -> Rule:
+    """The rule `TurnStructure.check` applies to an event whose data is exactly of
+    `data_class` (called as `rule(structure, event, data)`): for a replay that dispatches by
+    class itself."""
+    return _RULES.get(data_class, TurnStructure._anywhere_in_turn)
+
+
+ADVANCING: frozenset[type] = frozenset(
+    {TurnStart, TurnEnd, StepStart, StepEnd, ToolCallEvent, ToolResultEvent}
+)
+"""The data classes whose events `TurnStructure.advance` changes the state for; an event of
+any other exact class (a chunk, a message, a header) leaves it as it is."""
