@@ -334,7 +334,7 @@ class Session:
     ) -> SessionEvent:
         """Validate and append one event; a rejected append changes nothing."""
         seq = len(self._log)
-        cls = DATA_BY_TYPE.get(type)
+        cls = DATA_BY_TYPE.get(type) if isinstance(type, str) else None
         if cls is None:
             raise SessionValidationError(seq, f"unknown event type {type!r}")
         data_detached = False

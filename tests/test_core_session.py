@@ -155,6 +155,14 @@ def test_unknown_event_type_is_refused_at_append() -> None:
     assert_rejected(session, "unknown event type", event)
 
 
+@pytest.mark.parametrize("bad_type", [["user/message"], 5, None, b"user/message"])
+def test_a_type_that_is_not_a_string_is_an_unknown_type(bad_type: Any) -> None:
+    session = open_turn()
+    assert_rejected(session, "unknown event type", bad_type, user(), surface_op=APPEND)
+    event = SessionEvent(bad_type, 1, T0, user(), None, APPEND)
+    assert_rejected(session, "unknown event type", event)
+
+
 def test_data_must_match_the_type() -> None:
     session = open_turn()
     assert_rejected(session, "data must be UserMessage", "user/message", 42, surface_op=APPEND)
