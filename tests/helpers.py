@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import select
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -48,3 +49,12 @@ def start_ready_child(script: str, *args: str) -> subprocess.Popen[bytes]:
     line = proc.stdout.readline() if ready else b""
     assert line == b"READY\n", proc.stderr.read() if proc.stderr else line
     return proc
+
+
+def kill_child(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL `proc` (no clean-up of its own runs), reap it and close its pipes."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import signal
 import sqlite3
 import struct
 import subprocess
@@ -16,7 +15,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from helpers import start_ready_child
+from helpers import kill_child, start_ready_child
 
 from actorloop.runtime.errors import SessionBusy, StoreError
 from actorloop.runtime.session import SessionMeta
@@ -89,11 +88,7 @@ class Child:
         self.proc = start_ready_child(script, *args)
 
     def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
+        kill_child(self.proc)
 
 
 def ids_in_every_lease_file() -> list[str]:

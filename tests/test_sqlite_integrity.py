@@ -6,7 +6,6 @@ whatever path (symlink or hard link) reaches it."""
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import closing, contextmanager
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import open_runtime, start_ready_child
+from helpers import kill_child, open_runtime, start_ready_child
 from session_logs import closed_log, tool_turn
 
 from actorloop.codecs.converter import encode_event
@@ -335,11 +334,7 @@ class Holder:
         assert self.proc.wait(30) == 0
 
     def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
+        kill_child(self.proc)
 
 
 async def test_a_hard_link_is_refused_while_another_process_holds_the_database(
