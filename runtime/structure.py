@@ -125,7 +125,7 @@ class TurnStructure:
     def check(self, event: SessionEvent) -> None:
         """Raise SessionValidationError if `event` (its envelope already checked, so its
         data is exactly its type's class) breaks a structure or content rule."""
-        _RULES.get(type(event.data), TurnStructure._anywhere_in_turn)(self, event, event.data)
+        rule_of(type(event.data))(self, event, event.data)
 
     def _turn_start(self, event: SessionEvent, data: TurnStart) -> None:
         if self.open_turn is not None:

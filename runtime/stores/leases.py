@@ -143,11 +143,15 @@ def _lease_hash(session_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "big")
 
 
+def _place(value: int) -> tuple[int, int]:
+    """The lock file and the byte of it that a lease hash names."""
+    return value >> 60, _LEASE_BASE + (value & (_SLOTS - 1))
+
+
 def lease_place(session_id: str) -> tuple[int, int]:
     """Which lock file and which byte of it hold the session's lease: the same in every
     process (persistence.md §5)."""
-    value = _lease_hash(session_id)
-    return value >> 60, _LEASE_BASE + (value & (_SLOTS - 1))
+    return _place(_lease_hash(session_id))
 
 
 def _range_lock(fd: int, kind: int, start: int, length: int = 1) -> bool:
@@ -314,8 +318,8 @@ class RangeLocks:
             # one description never conflict with each other: check in-process holders.
             if value in identity.leased:
                 return None
-            fd = identity.lease_fd(value >> 60)
-            if not _range_lock(fd, fcntl.F_WRLCK, _LEASE_BASE + (value & (_SLOTS - 1))):
+            shard, byte = _place(value)
+            if not _range_lock(identity.lease_fd(shard), fcntl.F_WRLCK, byte):
                 return None
             identity.leased.add(value)
         return value
@@ -326,8 +330,8 @@ class RangeLocks:
         with identity.mutex:
             if token in identity.leased:
                 identity.leased.remove(token)
-                fd = identity.lease_fd(token >> 60)
-                _range_lock(fd, fcntl.F_UNLCK, _LEASE_BASE + (token & (_SLOTS - 1)))
+                shard, byte = _place(token)
+                _range_lock(identity.lease_fd(shard), fcntl.F_UNLCK, byte)
 
 
 class LeaseTable:
