@@ -21,8 +21,10 @@ Writes benchmarks/results/floor.json and floor.md (`--quick` writes floor-quick.
     (`trio.to_thread.run_sync`: BEGIN, INSERT the step's rows, COMMIT) into a WAL database
     with the store's table and `synchronous=NORMAL`;
   * resume — of a session of 100,000 events (10,000 with --quick) written through the
-    store: the SQL SELECT of its rows plus `orjson.loads` of every body, against
-    `Runtime.resume` of the same session (CPU time). `--resume-baseline PYTHON [--rounds N]`
+    store: the SQL SELECT of its rows plus `orjson.loads` of every body, with the cyclic
+    collector paused as `Runtime.resume` pauses it (a collection over the parsed bodies would
+    cost the floor as much again, work no resume does), against `Runtime.resume` of the same
+    session (CPU time). `--resume-baseline PYTHON [--rounds N]`
     measures only this figure, for this tree and a baseline tree's interpreter in
     interleaved fresh subprocesses (floor_resume.json / .md).
 * Rounds interleave the step and its floor; each figure is the median over rounds.
@@ -245,9 +247,13 @@ async def _resume_round(db: Path) -> tuple[float, float, int]:
     """One round of the resume figure: (floor CPU s, resume CPU s, events) for the stored
     session in `db`, the floor measured first in the same process."""
     gc.collect()
-    began = time.process_time()
-    loaded = _select_and_parse(db, "resume-floor")
-    floor = time.process_time() - began
+    gc.disable()  # as `Runtime.resume` pauses it (plainly here: baseline trees run this too)
+    try:
+        began = time.process_time()
+        loaded = _select_and_parse(db, "resume-floor")
+        floor = time.process_time() - began
+    finally:
+        gc.enable()
     async with Runtime.open(store=f"sqlite:{db}", provider=EchoProvider()) as rt:
         gc.collect()
         took, agent = await _cpu(lambda rt=rt: rt.resume("resume-floor"))
@@ -352,7 +358,8 @@ def compare_resume_markdown(report: dict[str, Any]) -> str:
             "events (closed single-step turns, `benchmarks/bench_runtime.py`), CPU time "
             "(`time.process_time`, the store's thread included), against its floor measured "
             "first in the same process: a sqlite3 `SELECT` of the bodies plus `orjson.loads` "
-            f"of each. Each of {report['rounds']} rounds runs one fresh subprocess per tree, "
+            "of each, with the cyclic collector paused as `Runtime.resume` pauses it. "
+            f"Each of {report['rounds']} rounds runs one fresh subprocess per tree, "
             "trees interleaved, on the same database file; medians over rounds.",
             "",
             "| tree | resume CPU s | floor CPU s | resume ÷ floor |",
@@ -448,7 +455,8 @@ def to_markdown(report: dict[str, Any]) -> str:
             "| ≤ 1.3 |",
             "",
             f"Resume of a {resume['events']:,}-event session (`sqlite:`, CPU, median of "
-            f"{resume['rounds']}): floor = SELECT of its rows + `orjson.loads` of each body.",
+            f"{resume['rounds']}): floor = SELECT of its rows + `orjson.loads` of each body, the "
+            "cyclic collector paused as the resume pauses it.",
             "",
             "| resume CPU s | floor CPU s | resume / floor | target |",
             "|---:|---:|---:|---:|",

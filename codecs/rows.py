@@ -24,6 +24,13 @@ EventRow = tuple[str, int, str, int, bytes, int]
 """`events(session_id, seq, type, time, body, crc)`; `body` is the canonical event JSON and
 `crc` the CRC-32 of session id, seq and body (`event_crc`)."""
 
+READ_COLUMNS = "seq, type, time, body, crc"
+"""The columns a load reads, in the order of a `ReadRow`: the session id is the one the
+query selects by, so it is not read back per row (the checksum still covers it)."""
+
+ReadRow = tuple[int, str, int, bytes, int]
+"""An `events` row as a load reads it: `READ_COLUMNS`."""
+
 SessionRow = tuple[str, bytes, str | None, int | None, int, int, int]
 """`sessions(id, meta, parent, seed_length, version, head, crc)`; `meta` is the canonical
 meta JSON, `head` the number of events the log holds (its next seq, a fork's seed included),
@@ -200,13 +207,13 @@ def event_rows(session_id: str, events: Iterable[SessionEvent]) -> list[EventRow
     return rows
 
 
-def event_from_row(row: tuple[Any, ...], where: str) -> SessionEvent:
-    """Decode an `events` row's body after checking its checksum, and check it agrees with
-    the seq/type/time columns."""
-    session_id, seq, event_type, time, body, crc = row
+def event_from_row(session_id: str, row: tuple[Any, ...], where: str) -> SessionEvent:
+    """Decode a `ReadRow` of `session_id`'s body after checking its checksum, and check it
+    agrees with the seq/type/time columns."""
+    seq, event_type, time, body, crc = row
     body = _blob(body, "event body", where)
-    if isinstance(seq, bool) or not isinstance(seq, int) or not isinstance(session_id, str):
-        raise SessionFormatError(where, f"row key ({session_id!r:.40}, {seq!r:.40}) is damaged")
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise SessionFormatError(where, f"row seq {seq!r:.40} is damaged")
     _checksum(crc, event_crc(session_id, seq, body), where)
     event = decode_event(body, where)
     if (event.seq, event.type, event.time) != (seq, event_type, time):
@@ -224,7 +231,7 @@ def take_checked_rows(
     events: list[SessionEvent],
     stop: int,
 ) -> tuple[Any, ...] | None:
-    """Append to `events` the decoded events of the `rows` of `session_id` that continue it
+    """Append to `events` the decoded events of the `ReadRow`s of `session_id` that continue it
     (each row's seq the next one, up to `stop` events) and that pass every check of
     `event_from_row` on its plainest path: exact types, checksum, well-formed JSON the
     generated decoders take, columns agreeing with the body.
@@ -242,13 +249,11 @@ def take_checked_rows(
     expected = len(events)
     for row in rows:
         try:
-            row_id, seq, event_type, time, body, crc = row
+            seq, event_type, time, body, crc = row
             if (
                 expected == stop
                 or type(seq) is not int
                 or seq != expected
-                or row_id != session_id
-                or type(row_id) is not str
                 or type(body) is not bytes
                 or type(crc) is not int
                 or crc != crc32(body, crc32(b"%d\x00" % seq, start))

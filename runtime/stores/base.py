@@ -187,7 +187,8 @@ def parent_of(meta: SessionMeta, seen: frozenset[str], where: str) -> str:
 
 
 Row: TypeAlias = tuple[Any, ...]
-"""A stored event row: session id, seq, type, time, body, checksum (codecs/rows.py)."""
+"""A stored event row as a load reads it: seq, type, time, body, checksum
+(`codecs.rows.READ_COLUMNS`)."""
 
 
 @frozen
@@ -241,16 +242,16 @@ def read_rows(
             if length is not None:
                 break  # a fork seed: later events are the parent's own business
             raise SessionCorruptError(
-                source.where(meta.id, row[1]),
-                f"row seq {row[1]!r} lies past the acknowledged head ({head} events)",
+                source.where(meta.id, row[0]),
+                f"row seq {row[0]!r} lies past the acknowledged head ({head} events)",
             )
         where = f"{place} seq {expected}"
-        if row[1] != expected:
+        if row[0] != expected:
             raise SessionCorruptError(
-                where, f"row seq {row[1]!r} where seq {expected} belongs (missing or moved)"
+                where, f"row seq {row[0]!r} where seq {expected} belongs (missing or moved)"
             )
         try:
-            events.append(event_from_row(row, where))
+            events.append(event_from_row(meta.id, row, where))
         except SessionFormatError as exc:
             raise SessionCorruptError(where, exc.problem) from exc
     if len(events) != want:

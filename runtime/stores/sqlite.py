@@ -41,6 +41,7 @@ import trio
 
 from actorloop.codecs.jsonvalue import FrozenDict
 from actorloop.codecs.rows import (
+    READ_COLUMNS,
     EventRow,
     event_crc,
     event_rows,
@@ -432,8 +433,7 @@ class SqliteStore:
         def rows(of: SessionMeta, first: int, _end: int | None) -> Iterable[Any]:
             # No upper bound: a row past the head is damage, not something to skip.
             return db.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? "
-                "ORDER BY seq",
+                f"SELECT {READ_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
                 (of.id, first),
             )
 

@@ -31,6 +31,7 @@ from attrs import frozen
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from actorloop.codecs.rows import (
+    READ_COLUMNS,
     EventRow,
     event_rows,
     head_of,
@@ -89,7 +90,6 @@ database is down or unreachable): it fails soon, typed, rather than hang."""
 
 _SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
 _OWNER_COLUMNS = "owner_node, owner_epoch, coalesce(lease_expires > now(), false)"
-_EVENT_COLUMNS = "session_id, seq, type, time, body, crc"
 _INSERT_EVENTS = (
     "INSERT INTO actorloop.events (session_id, seq, type, time, body, crc, epoch) "
     "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bytea[], "
@@ -280,7 +280,7 @@ class PostgresStore:
             bound = "" if end is None else "AND seq < %s"
             params: tuple[Any, ...] = (of.id, first) if end is None else (of.id, first, end)
             return conn.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM actorloop.events WHERE session_id = %s "
+                f"SELECT {READ_COLUMNS} FROM actorloop.events WHERE session_id = %s "
                 f"AND seq >= %s {bound} ORDER BY seq",
                 params,
                 binary=True,
