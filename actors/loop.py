@@ -394,7 +394,6 @@ class LoopActor:
         "_flush_lock",
         "_global_hooks",
         "_idle_event",
-        "_inbox",
         "_mailbox",
         "_on_finished",
         "_outstanding",
@@ -409,7 +408,6 @@ class LoopActor:
         "agent",
         "current_tools",
         "failure",
-        "has_started",
         "logged_header",
         "meter",
         "options",
@@ -460,9 +458,6 @@ class LoopActor:
         # attaches the sending ref (and how to stop it) right after spawning.
         self._mailbox: ActorRef[TurnItem] | None = None
         self._stop_mailbox: Callable[[], Awaitable[None]] | None = None
-        self._inbox: Mailbox[TurnItem] | None = None
-        self.has_started = False
-        """Set by `run` before its first await (after `agent/session-start`)."""
         self._steering: list[tuple[Content, Source]] = []
         self._turn: _Turn | None = None
         self._disposing = False
@@ -652,9 +647,10 @@ class LoopActor:
         if chain:
             run_notify(name, chain, self.agent, value)
 
-    def _inbox_event(self, kind: InboxEventKind, item: TurnItem) -> None:
+    def _inbox_event(self, kind: InboxEventKind, item: TurnItem, queued: int | None = None) -> None:
         if self._chain("agent/inbox"):
-            queued = len(self._inbox) if self._inbox is not None else 0
+            if queued is None:
+                queued = self._mailbox.queued if self._mailbox is not None else 0
             self.notify("agent/inbox", InboxEvent(kind, item.kind, item.source, queued))
 
     def _refresh_status(self) -> None:
@@ -773,14 +769,12 @@ class LoopActor:
 
     def _discard_queued(self) -> None:
         self._steering.clear()
-        if self._inbox is None:
+        if self._mailbox is None:
             return
-        while True:
-            try:
-                item = self._inbox.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return
-            self._inbox_event("discard", item)
+        items = self._mailbox.withdraw_all()
+        for index, item in enumerate(items, 1):
+            # Told one by one, as if each left the inbox in turn: what is still queued.
+            self._inbox_event("discard", item, len(items) - index)
             self._finish_item(item, TurnResult(None, "discarded"))
 
     # ------------------------------------------------------------------ actor body
@@ -793,9 +787,6 @@ class LoopActor:
         to the supervisor, which reports and contains it: sibling loops keep running and
         the session stays resumable.
         """
-        self._inbox = inbox
-        self.notify("agent/session-start", self.origin)
-        self.has_started = True
         current: TurnItem | None = None
         try:
             async for item in inbox:

@@ -234,7 +234,9 @@ def _freeze_fast(value: Any, depth: int) -> Any:
 
 def freeze_object(value: Mapping[str, object] | None, path: str = "$") -> FrozenDict:
     """Like `freeze_json` but the value must be an object (None gives the empty object)."""
-    if value is None:
+    if value is None or value is EMPTY_OBJECT:
+        # Ours, frozen and empty: shared rather than copied (every spawn's meta and
+        # options pass one), so an idle agent holds no empty object of its own.
         return EMPTY_OBJECT
     if not isinstance(value, dict):
         raise JsonValueError(path, f"expected an object, got {type(value).__name__}")

@@ -131,6 +131,15 @@ class Mailbox(Generic[M]):
                 return True
         return False
 
+    def withdraw_all(self) -> list[M]:
+        """Remove every message still queued, oldest first (the owner dropping what the
+        actor has not taken, also before its first step)."""
+        taken = list(self._queue)
+        self._queue.clear()
+        if taken and self._senders is not None:
+            self._senders.unpark(count=len(taken))
+        return taken
+
     def receive_nowait(self) -> M:
         """The next message; trio.WouldBlock if none, trio.EndOfChannel once closed and
         drained."""
@@ -253,6 +262,11 @@ class ActorRef(Generic[M]):
     def alive(self) -> bool:
         return not self._cell.ended
 
+    @property
+    def queued(self) -> int:
+        """How many messages wait in the mailbox (also before the actor's first step)."""
+        return len(self._cell.mailbox)
+
     async def tell(self, message: M) -> None:
         """Enqueue `message`, waiting while the mailbox is full (backpressure)."""
         try:
@@ -274,6 +288,10 @@ class ActorRef(Generic[M]):
     def withdraw(self, message: M) -> bool:
         """Take back `message` if the actor has not received it yet; whether it was queued."""
         return self._cell.mailbox.withdraw(message)
+
+    def withdraw_all(self) -> list[M]:
+        """Take back every message the actor has not received yet, oldest first."""
+        return self._cell.mailbox.withdraw_all()
 
     async def stop(self) -> None:
         """Close the actor's mailbox (it drains what is queued) and wait for it to end."""

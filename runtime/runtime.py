@@ -403,13 +403,14 @@ class Runtime:
             f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
         )
         loop.attach(mailbox, mailbox.stop)
-        # Not a cancel point: once spawned, the loop is registered and must reach its
-        # caller, who owns disposing it; a cancel here would leave a live agent nobody
-        # holds. The loop sets `has_started` in its first step, before it first awaits, so a
-        # schedule point or two (the order within a scheduler batch is random) lets it run
-        # - without the shielded cancel scope and event wait this took before (~10 µs).
-        while not loop.has_started and mailbox.alive:
-            await trio.lowlevel.cancel_shielded_checkpoint()
+        # Told here, in the caller's task, before the agent is handed out: the loop's task
+        # may not have run yet (waiting for its first step took a random one or two
+        # scheduler rounds), and nothing a listener can do with the agent needs it to.
+        loop.notify("agent/session-start", origin)
+        # One schedule point, as every spawn has one, so a loop of spawns lets the loops
+        # run. Not a cancel point: once spawned, the loop is registered and must reach its
+        # caller, who owns disposing it; a cancel here would leave a live agent nobody holds.
+        await trio.lowlevel.cancel_shielded_checkpoint()
         self.collector.after_start()
         return loop.agent
 
