@@ -395,6 +395,7 @@ class LoopActor:
         "_global_hooks",
         "_idle_event",
         "_mailbox",
+        "_meter",
         "_on_finished",
         "_outstanding",
         "_owned",
@@ -403,13 +404,11 @@ class LoopActor:
         "_prefix_chain",
         "_seed_from_options",
         "_steering",
-        "_stop_mailbox",
         "_turn",
         "agent",
         "current_tools",
         "failure",
         "logged_header",
-        "meter",
         "options",
         "origin",
         "provider",
@@ -457,7 +456,6 @@ class LoopActor:
         # The mailbox is the kernel's: the supervisor hands it to `run` and the runtime
         # attaches the sending ref (and how to stop it) right after spawning.
         self._mailbox: ActorRef[TurnItem] | None = None
-        self._stop_mailbox: Callable[[], Awaitable[None]] | None = None
         self._steering: list[tuple[Content, Source]] = []
         self._turn: _Turn | None = None
         self._disposing = False
@@ -478,9 +476,17 @@ class LoopActor:
         self.failure: BaseException | None = None
         self._owned: set[trio.CancelScope] | None = None
         """Background work owned with `own()`; created on first use."""
-        self.meter = TokenMeter(session)
+        self._meter: TokenMeter | None = None
 
     # ------------------------------------------------------------------ public surface
+
+    @property
+    def meter(self) -> TokenMeter:
+        """The session's request-size estimate, made on first use (the compaction gate's
+        first check): an agent that never steps holds none."""
+        if self._meter is None:
+            self._meter = TokenMeter(self.session)
+        return self._meter
 
     async def send(self, content: Content, source: Source) -> TurnResult:
         return await self._submit(TurnItem("message", content, source))
@@ -573,8 +579,8 @@ class LoopActor:
             turn = self._cancellable_turn()
             if turn is not None:
                 turn.scope.cancel()
-            if self._stop_mailbox is not None:
-                await self._stop_mailbox()
+            if self._mailbox is not None:
+                await self._mailbox.stop()
         if self._ended:
             await trio.lowlevel.checkpoint()
         else:
@@ -675,10 +681,9 @@ class LoopActor:
         if self._closed:
             raise AgentClosed(f"agent {self.session.id!r} is {self.status}; it takes no more work")
 
-    def attach(self, mailbox: ActorRef[TurnItem], stop: Callable[[], Awaitable[None]]) -> None:
+    def attach(self, mailbox: ActorRef[TurnItem]) -> None:
         """Wire the kernel mailbox the supervisor created for this actor."""
         self._mailbox = mailbox
-        self._stop_mailbox = stop
 
     def _require_mailbox(self) -> ActorRef[TurnItem]:
         if self._mailbox is None:

@@ -65,6 +65,10 @@ class Runtime:
         self._owned_work = owned_work
         self.store = store
         self.codec = codec
+        # Bound once and shared by every loop (a bound method made per spawn would be two
+        # objects more for each of thousands of idle agents to keep).
+        self._persist = codec.persist
+        self._on_loop_finished = self._loop_finished
         self.dev_invariants = dev_invariants
         self.compactor = compactor
         self.collector = collector if collector is not None else CollectorPolicy()
@@ -392,17 +396,17 @@ class Runtime:
             options=options,
             provider=provider,
             global_hooks=self.hooks,
-            persist=self.codec.persist,
+            persist=self._persist,
             compactor=self.compactor,
             origin=origin,
-            on_finished=self._loop_finished,
+            on_finished=self._on_loop_finished,
         )
         self._loops[session.id] = loop
         self._leases[session.id] = lease
         mailbox = self._supervisor.spawn(
             f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
         )
-        loop.attach(mailbox, mailbox.stop)
+        loop.attach(mailbox)
         # Told here, in the caller's task, before the agent is handed out: the loop's task
         # may not have run yet (waiting for its first step took a random one or two
         # scheduler rounds), and nothing a listener can do with the agent needs it to.

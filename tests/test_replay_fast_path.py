@@ -135,8 +135,11 @@ def test_advance_changes_nothing_for_data_outside_advancing() -> None:
     structure = TurnStructure()
     passed_over = 0
     for event in (*LOG, attrs.evolve(LOG[0], data=IgnorableData(FrozenDict()), ignorable=True)):
-        before = attrs.evolve(structure, calls_in_step=dict(structure.calls_in_step))
-        before.results_in_step = set(structure.results_in_step)
+        before = attrs.evolve(
+            structure,
+            calls_in_step=dict(structure.calls_in_step),
+            results_in_step=dict(structure.results_in_step),
+        )
         structure.advance(event)
         if type(event.data) not in ADVANCING:
             passed_over += 1
