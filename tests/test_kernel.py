@@ -91,6 +91,40 @@ async def test_tell_waits_when_the_mailbox_is_full() -> None:
     assert handled == [0, 1, 2, 3]
 
 
+async def test_withdraw_all_takes_back_what_is_queued_and_frees_waiting_senders() -> None:
+    release = trio.Event()
+    handled: list[int] = []
+
+    async def slow(mailbox: trio.MemoryReceiveChannel[int]) -> None:
+        async for value in mailbox:
+            await release.wait()
+            handled.append(value)
+
+    async with Supervisor.open() as sup:
+        ref = sup.spawn("slow", slow, capacity=2)
+        await ref.tell(0)  # taken by the actor, which then blocks
+        await trio.testing.wait_all_tasks_blocked()
+        await ref.tell(1)
+        await ref.tell(2)
+        assert ref.queued == 2
+        sent = trio.Event()
+
+        async def blocked_sender() -> None:
+            await ref.tell(3)
+            sent.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(blocked_sender)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not sent.is_set()
+            assert ref.withdraw_all() == [1, 2]  # oldest first; 0 was handed over already
+            await trio.testing.wait_all_tasks_blocked()
+            assert sent.is_set() and ref.queued == 1  # the waiting sender got in
+            release.set()
+        await sup.stop(ref)
+    assert handled == [0, 3] and ref.withdraw_all() == []
+
+
 async def test_a_failing_actor_is_reported_and_siblings_keep_running() -> None:
     failures: list[tuple[str, BaseException]] = []
     async with Supervisor.open(on_failure=lambda name, exc: failures.append((name, exc))) as sup:

@@ -1,5 +1,6 @@
 """The spawn path's shortcuts keep the behaviour of the longer way they replace: a mailbox's
-receive is still a checkpoint, a spawn's wait for its loop still ignores cancellation, and a
+receive is still a checkpoint, a spawn's schedule point still ignores cancellation, what is
+sent before the loop's first step is queued and counted as if it had started, and a
 SQLite `create` that skips the read-back check of a plain meta writes exactly what that
 check would have let through (and refuses the rest with the check's own errors)."""
 
@@ -168,14 +169,14 @@ async def test_actor_ref_stop_drains_and_waits_for_the_end() -> None:
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
-async def test_a_cancel_while_spawn_waits_for_the_loop_still_returns_the_live_agent(
+async def test_a_cancel_from_a_session_start_listener_still_returns_the_live_agent(
     store: str, tmp_path: Path
 ) -> None:
     url = "memory:" if store == "memory" else f"sqlite:{tmp_path / 'spawn.db'}"
     async with Runtime.open(store=url, provider=EchoProvider()) as rt:
         spawned: list[Any] = []
         with trio.CancelScope() as scope:
-            # Runs in the new loop's first step, while spawn waits for it to start.
+            # Runs inside spawn, before its shielded schedule point.
             rt.on("agent/session-start", lambda _agent, _kind: scope.cancel())
             spawned.append(await rt.spawn(OPTIONS, session_id="kept"))
             await trio.lowlevel.checkpoint()  # the caller's next checkpoint gets the cancel
@@ -184,6 +185,30 @@ async def test_a_cancel_while_spawn_waits_for_the_loop_still_returns_the_live_ag
         (agent,) = spawned
         assert rt.get("kept") is agent and agent.status == "idle"
         assert (await agent.send("still here?")).reason == "completed"
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_messages_before_the_loops_first_step_are_queued_counted_and_droppable(
+    store: str, tmp_path: Path
+) -> None:
+    """Spawn returns with the loop's task maybe not yet run (the order within a scheduler
+    batch is random): whichever it is, what the caller sends at once is counted in the inbox
+    events, a cancel drops it unrun, and the next message runs as usual. Twenty spawns see
+    both orders."""
+    url = "memory:" if store == "memory" else f"sqlite:{tmp_path / 'early.db'}"
+    seen: list[tuple[str, str, int]] = []
+    async with Runtime.open(store=url, provider=EchoProvider()) as rt:
+        rt.on("agent/inbox", lambda agent, event: seen.append((agent.id, event.kind, event.queued)))
+        for index in range(20):
+            agent = await rt.spawn(OPTIONS, session_id=f"early-{index}")
+            agent.steer("first")  # no checkpoint since spawn returned
+            agent.steer("second")
+            agent.cancel("at once")
+            await agent.wait_idle()
+            mine = [(kind, queued) for owner, kind, queued in seen if owner == agent.id]
+            assert mine == [("enqueue", 1), ("enqueue", 2), ("discard", 1), ("discard", 0)]
+            assert agent.session.events == ()
+            assert (await agent.send("now")).reason == "completed"
 
 
 async def test_a_spawn_cancelled_before_the_store_writes_leaves_nothing(tmp_path: Path) -> None:
