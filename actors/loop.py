@@ -454,7 +454,7 @@ class LoopActor:
         """Serializes hand-offs to the codec; made by the first flush."""
         self._persisted = len(session)
         # The mailbox is the kernel's: the supervisor hands it to `run` and the runtime
-        # attaches the sending ref (and how to stop it) right after spawning.
+        # attaches the ref (send, withdraw, stop) right after spawning.
         self._mailbox: ActorRef[TurnItem] | None = None
         self._steering: list[tuple[Content, Source]] = []
         self._turn: _Turn | None = None

@@ -65,8 +65,8 @@ class Runtime:
         self._owned_work = owned_work
         self.store = store
         self.codec = codec
-        # Bound once and shared by every loop (a bound method made per spawn would be two
-        # objects more for each of thousands of idle agents to keep).
+        # Bound once and shared by every loop: bound per spawn, they were two more objects
+        # for each of thousands of idle agents to keep.
         self._persist = codec.persist
         self._on_loop_finished = self._loop_finished
         self.dev_invariants = dev_invariants
