@@ -495,9 +495,10 @@ def render(report: dict[str, Any]) -> str:
         row("fds per live agent", "fds_per_live_agent"),
         "",
         f"Open fds before spawning: {m['open_fds_before']}; soft limit "
-        f"{m['fd_soft_limit']}. Each live agent on a durable store holds its writer lease as "
-        "one flock'd lock file; `Runtime` raises the soft `RLIMIT_NOFILE` to the hard limit "
-        "on the first EMFILE (the common soft limit of 1024 stopped the 1,011th agent).",
+        f"{m['fd_soft_limit']}. On `sqlite:` an agent's writer lease is a lock on one byte of "
+        "one of the database's 16 lease lock files (persistence.md §5), so live agents add no "
+        "descriptors; the JSONL store keeps a flock'd lock file per live session, and "
+        "`Runtime` raises the soft `RLIMIT_NOFILE` to the hard limit on the first EMFILE.",
         "",
         *scale_lines(report["scale"]),
         "## Fork and resume latency by log size",
@@ -540,8 +541,8 @@ def render(report: dict[str, Any]) -> str:
         "process-wide collector alone unless given a `CollectorPolicy`; "
         "`CollectorPolicy.many_agents()` is the documented setting for thousands of agents "
         "(docs/performance.md).",
-        "* Spawn cost is the store: one SQLite transaction plus creating the agent's "
-        "writer-lease lock file (a new file on disk, ~0.3 ms on this VM's ext4).",
+        "* Spawn cost on `sqlite:` is mostly the store: one autocommit INSERT and the lease "
+        "lock (benchmarks/results/spawn_r5*.md break it down).",
         f"* Resume is a full load: decode + re-validate every event "
         f"(~{per_event_us:.0f} µs/event at {big['events']:,} events). A live fork is O(1) "
         f"({big['fork_live_ms']} ms at {big['events']:,} events; the child's store record "
