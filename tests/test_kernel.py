@@ -58,71 +58,64 @@ async def test_reply_is_one_shot() -> None:
     assert await reply.wait() == 1
 
 
-async def test_tell_waits_when_the_mailbox_is_full() -> None:
-    release = trio.Event()
-    handled: list[int] = []
+class _HeldActor:
+    """An actor with a mailbox of 2 that takes each message, then holds it until `release`
+    is set; `fill()` leaves it holding 0 with 1 and 2 queued, and `blocked_send(3)` is a
+    sender waiting for room (`sent` set once 3 is queued)."""
 
-    async def slow(mailbox: trio.MemoryReceiveChannel[int]) -> None:
+    def __init__(self, sup: Supervisor) -> None:
+        self.release = trio.Event()
+        self.sent = trio.Event()
+        self.handled: list[int] = []
+        self.ref: ActorRef[int] = sup.spawn("slow", self._body, capacity=2)
+
+    async def _body(self, mailbox: trio.MemoryReceiveChannel[int]) -> None:
         async for value in mailbox:
-            await release.wait()
-            handled.append(value)
+            await self.release.wait()
+            self.handled.append(value)
 
-    async with Supervisor.open() as sup:
-        ref = sup.spawn("slow", slow, capacity=2)
-        await ref.tell(0)  # taken by the actor, which then blocks
+    async def fill(self) -> None:
+        await self.ref.tell(0)  # taken by the actor, which then blocks
         await trio.testing.wait_all_tasks_blocked()
-        await ref.tell(1)
-        await ref.tell(2)
+        await self.ref.tell(1)
+        await self.ref.tell(2)
+
+    async def blocked_send(self, value: int) -> None:
+        await self.ref.tell(value)
+        self.sent.set()
+
+
+async def test_tell_waits_when_the_mailbox_is_full() -> None:
+    async with Supervisor.open() as sup:
+        actor = _HeldActor(sup)
+        await actor.fill()
         with pytest.raises(InboxFull, match="slow"):
-            ref.tell_nowait(3)
-        sent = trio.Event()
-
-        async def blocked_sender() -> None:
-            await ref.tell(3)
-            sent.set()
-
+            actor.ref.tell_nowait(3)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(blocked_sender)
+            nursery.start_soon(actor.blocked_send, 3)
             await trio.testing.wait_all_tasks_blocked()
-            assert not sent.is_set()  # backpressure: the sender waits
-            release.set()
-        assert sent.is_set()
-        await sup.stop(ref)
-    assert handled == [0, 1, 2, 3]
+            assert not actor.sent.is_set()  # backpressure: the sender waits
+            actor.release.set()
+        assert actor.sent.is_set()
+        await sup.stop(actor.ref)
+    assert actor.handled == [0, 1, 2, 3]
 
 
 async def test_withdraw_all_takes_back_what_is_queued_and_frees_waiting_senders() -> None:
-    release = trio.Event()
-    handled: list[int] = []
-
-    async def slow(mailbox: trio.MemoryReceiveChannel[int]) -> None:
-        async for value in mailbox:
-            await release.wait()
-            handled.append(value)
-
     async with Supervisor.open() as sup:
-        ref = sup.spawn("slow", slow, capacity=2)
-        await ref.tell(0)  # taken by the actor, which then blocks
-        await trio.testing.wait_all_tasks_blocked()
-        await ref.tell(1)
-        await ref.tell(2)
-        assert ref.queued == 2
-        sent = trio.Event()
-
-        async def blocked_sender() -> None:
-            await ref.tell(3)
-            sent.set()
-
+        actor = _HeldActor(sup)
+        await actor.fill()
+        assert actor.ref.queued == 2
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(blocked_sender)
+            nursery.start_soon(actor.blocked_send, 3)
             await trio.testing.wait_all_tasks_blocked()
-            assert not sent.is_set()
-            assert ref.withdraw_all() == [1, 2]  # oldest first; 0 was handed over already
+            assert not actor.sent.is_set()
+            assert actor.ref.withdraw_all() == [1, 2]  # oldest first; 0 was handed over
             await trio.testing.wait_all_tasks_blocked()
-            assert sent.is_set() and ref.queued == 1  # the waiting sender got in
-            release.set()
-        await sup.stop(ref)
-    assert handled == [0, 3] and ref.withdraw_all() == []
+            assert actor.sent.is_set() and actor.ref.queued == 1  # the waiting sender got in
+            actor.release.set()
+        await sup.stop(actor.ref)
+    assert actor.handled == [0, 3] and actor.ref.withdraw_all() == []
 
 
 async def test_a_failing_actor_is_reported_and_siblings_keep_running() -> None:
