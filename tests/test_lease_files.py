@@ -142,11 +142,16 @@ async def test_another_process_is_refused_in_every_lease_file_until_kill_9(
     await store.close()
 
 
-async def test_a_schema_2_database_is_migrated_and_keeps_its_sessions(tmp_path: Path) -> None:
-    path = tmp_path / "v2.db"
+async def _store_kept(path: Path) -> None:
+    """A database at `path` holding the one session "kept", closed again."""
     store = SqliteStore(path)
     await store.create(SessionMeta("kept"))
     await store.close()
+
+
+async def test_a_schema_2_database_is_migrated_and_keeps_its_sessions(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    await _store_kept(path)
     as_schema_2(path)
     again = SqliteStore(path)
     try:
@@ -163,9 +168,7 @@ async def test_migration_is_refused_while_an_older_build_has_the_database_open(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "shared.db"
-    store = SqliteStore(path)
-    await store.create(SessionMeta("kept"))
-    await store.close()
+    await _store_kept(path)
     as_schema_2(path)
     old = Child(OLD_BUILD, str(path))
     try:
@@ -217,9 +220,7 @@ async def test_this_build_does_not_open_a_database_an_older_build_has_open(
     # Whatever the version: a schema-3 database with an older build bound is one that
     # build is about to refuse, but until it lets go, its path binding stands.
     path = tmp_path / "v3.db"
-    store = SqliteStore(path)
-    await store.create(SessionMeta("kept"))
-    await store.close()
+    await _store_kept(path)
     old = Child(OLD_BUILD, str(path))
     try:
         refused = SqliteStore(path)
