@@ -44,6 +44,11 @@ _INLINE_STORES = (MemoryStore, SqliteStore)
 """Stores whose exact class can commit a small batch without waiting (`append_batch_now`)."""
 
 
+def _nothing_runnable() -> bool:
+    """Whether no other task is ready to run (this one is running, so it is not counted)."""
+    return trio.lowlevel.current_statistics().tasks_runnable == 0
+
+
 def _batch(writes: dict[str, list[SessionEvent]]) -> Batch:
     return tuple((session_id, tuple(events)) for session_id, events in writes.items())
 
@@ -84,8 +89,9 @@ class CodecActor:
         then written by their caller (a subclass may wait: it never is)."""
         self._inline_always = type(store) is MemoryStore
         """Commits that cost nothing go inline whenever they may. A SQLite commit has a
-        fixed cost: only a session that wrote the last round alone goes inline, so that
-        concurrent loops still share a group commit instead of taking one each."""
+        fixed cost: it goes inline only while sessions write one at a time
+        (`_alone_next`), so that concurrent loops still share a group commit instead of
+        taking one each."""
         self._sole_writer: str | None = None
         """The session that wrote the last round (inline or not) alone, if one did."""
 
@@ -279,9 +285,9 @@ class CodecActor:
         submit = _Submit(session_id, tuple(events), reply)
         if (
             self._inline is not None
-            and (self._inline_always or self._sole_writer == session_id)
             and not self._in_round
             and self._queue_empty()
+            and (self._inline_always or self._alone_next(session_id))
         ):
             # Nothing is queued or being written: this round alone is next in line, and
             # an inline commit never waits, so it runs here, whole, with no task hop.
@@ -292,6 +298,16 @@ class CodecActor:
         await self._send_message(submit)
         await reply.wait()
 
+    def _alone_next(self, session_id: str) -> bool:
+        """Whether a SQLite commit of `session_id` made now would have nobody to share it:
+        the session wrote the last round alone, or another did and no task is ready to run
+        (none could submit before this commit ends). A round of several sessions says
+        loops are flushing together: they queue, to share the next round. The task count
+        is asked only here, past the cheap tests: it costs a few µs, more with many open
+        sockets."""
+        writer = self._sole_writer
+        return writer == session_id or (writer is not None and _nothing_runnable())
+
     def _queue_empty(self) -> bool:
         return self._receive.statistics().current_buffer_used == 0
 
@@ -300,6 +316,7 @@ class CodecActor:
         waiting (nothing was written or answered: the caller queues it)."""
         writes, barriers = self._plan([submit])
         if writes:
+            self._sole_writer = submit.session_id
             try:
                 if not store.append_batch_now(_batch(writes)):
                     return False

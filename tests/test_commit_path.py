@@ -170,6 +170,36 @@ async def test_a_lone_sqlite_barrier_commits_in_its_caller_with_the_actors_bytes
     assert len(stored(tmp_path / "caller.db", "s")) == len(log)
 
 
+async def test_sqlite_barriers_taking_turns_commit_in_their_callers_when_nothing_else_runs(
+    tmp_path: Path,
+) -> None:
+    logs = {name: closed_log(name, 2) for name in ("a", "b")}
+    store = SqliteStore(tmp_path / "s.db")
+    leases = [store.claim(name) for name in logs]
+    calls = counted_rounds(store)
+    try:
+        for log in logs.values():
+            await store.create(log.meta)
+        async with trio.open_nursery() as nursery:
+            actor = CodecActor(store)
+            await nursery.start(actor.run)
+            barriers = 0
+            for start in range(0, len(logs["a"]), 5):
+                for name, log in logs.items():  # a, b, a, b, ...: never the same twice
+                    await actor.persist(name, log.events[start : start + 5])
+                    barriers += 1
+            await actor.aclose()
+        # The first barrier (nobody wrote alone before it) went through the actor's round;
+        # every later one found no other task ready to share a commit with.
+        assert len(calls) == 1 and barriers > 4
+        for name, log in logs.items():
+            assert (await store.load(name, lease=leases[name == "b"]))[1] == log.events
+    finally:
+        for lease in leases:
+            lease.release()
+        await store.close()
+
+
 async def test_a_sqlite_barrier_waits_behind_submits_queued_before_it(tmp_path: Path) -> None:
     log = closed_log("one", 2)
     store = SqliteStore(tmp_path / "s.db")
