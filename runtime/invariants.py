@@ -82,10 +82,9 @@ class ReplayCheck:
         header = self._header.current
         if header is None:
             raise InvariantViolation("request has no request/header in the log")
-        for seq in range(len(self._rebuild), step_start):
-            # The private commit without detaching, as `Session.from_events` does: every
-            # rule is checked, and the replay shares the log's frozen events.
-            self._rebuild._commit(source.event(seq), detach=False)
+        # The private replay, as `Session.from_events` makes: every rule is checked, and
+        # the rebuild shares the log's frozen events.
+        self._rebuild._replay(source.event(seq) for seq in range(len(self._rebuild), step_start))
         prefix = header.message_prefix or ()
         expected = prefix + self._rebuild.derive_messages()
         if not self._messages_match(request.messages, expected):

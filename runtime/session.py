@@ -388,7 +388,8 @@ class Session:
     def _replay(self, events: Iterable[SessionEvent]) -> None:
         """`_commit(event, detach=False)` of each event in turn, with the look-ups it makes
         per event made once: what a load of thousands of events spends most time on. Only
-        for a new session nobody observes yet (no notification is made).
+        for a session of its own events (no fork) that nobody observes (no notification is
+        made): a load's new one, or the dev invariant's rebuild, extended at each check.
 
         The envelope is checked inline for the shapes nearly every event has (a known type and
         its exact data class, not ignorable, an Append or no surface op as its type requires,
