@@ -7,7 +7,8 @@ caller writes and refuses what the actor's round does."""
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from actorloop.runtime.errors import (
 from actorloop.runtime.session import Session
 from actorloop.runtime.stores import SqliteStore
 from actorloop.runtime.stores.base import Batch
+from actorloop.runtime.stores.leases import Lease
 
 
 def test_event_rows_are_the_canonical_encoding_and_its_checksum() -> None:
@@ -144,6 +146,30 @@ def counted_rounds(store: SqliteStore) -> list[int]:
     return calls
 
 
+@asynccontextmanager
+async def persisting(
+    tmp_path: Path, logs: Mapping[str, Session]
+) -> AsyncIterator[tuple[SqliteStore, dict[str, Lease], CodecActor, list[int]]]:
+    """A store at `tmp_path / "s.db"` with the sessions of `logs` created and leased (the
+    leases by session), a running CodecActor on it, and its rounds counted
+    (`counted_rounds`); the actor is closed on leaving, then the leases and the store."""
+    store = SqliteStore(tmp_path / "s.db")
+    leases = {name: store.claim(name) for name in logs}
+    rounds = counted_rounds(store)
+    try:
+        for log in logs.values():
+            await store.create(log.meta)
+        async with trio.open_nursery() as nursery:
+            actor = CodecActor(store)
+            await nursery.start(actor.run)
+            yield store, leases, actor, rounds
+            await actor.aclose()
+    finally:
+        for lease in leases.values():
+            lease.release()
+        await store.close()
+
+
 async def test_a_lone_sqlite_barrier_commits_in_its_caller_with_the_actors_bytes(
     tmp_path: Path,
 ) -> None:
@@ -174,30 +200,18 @@ async def test_sqlite_barriers_taking_turns_commit_in_their_callers_when_nothing
     tmp_path: Path,
 ) -> None:
     logs = {name: closed_log(name, 2) for name in ("a", "b")}
-    store = SqliteStore(tmp_path / "s.db")
-    leases = [store.claim(name) for name in logs]
-    calls = counted_rounds(store)
-    try:
-        for log in logs.values():
-            await store.create(log.meta)
-        async with trio.open_nursery() as nursery:
-            actor = CodecActor(store)
-            await nursery.start(actor.run)
-            barriers = 0
-            for start in range(0, len(logs["a"]), 5):
-                for name, log in logs.items():  # a, b, a, b, ...: never the same twice
-                    await actor.persist(name, log.events[start : start + 5])
-                    barriers += 1
-            await actor.aclose()
+    async with persisting(tmp_path, logs) as (store, leases, actor, rounds):
+        barriers = 0
+        for start in range(0, len(logs["a"]), 5):
+            for name, log in logs.items():  # a, b, a, b, ...: never the same twice
+                await actor.persist(name, log.events[start : start + 5])
+                barriers += 1
+        await actor.aclose()
         # The first barrier (nobody wrote alone before it) went through the actor's round;
         # every later one found no other task ready to share a commit with.
-        assert len(calls) == 1 and barriers > 4
+        assert len(rounds) == 1 and barriers > 4
         for name, log in logs.items():
-            assert (await store.load(name, lease=leases[name == "b"]))[1] == log.events
-    finally:
-        for lease in leases:
-            lease.release()
-        await store.close()
+            assert (await store.load(name, lease=leases[name]))[1] == log.events
 
 
 async def test_a_sqlite_barrier_waits_behind_submits_queued_before_it(tmp_path: Path) -> None:
@@ -262,37 +276,22 @@ async def test_a_lone_sqlite_barrier_reports_its_own_sessions_failure_only(
 
 async def test_concurrent_sqlite_writers_still_share_group_commits(tmp_path: Path) -> None:
     logs = {f"s{index}": closed_log(f"s{index}", 2) for index in range(10)}
-    store = SqliteStore(tmp_path / "s.db")
-    leases = [store.claim(name) for name in logs]
-    commits = counted_rounds(store)
-    try:
-        for log in logs.values():
-            await store.create(log.meta)
-        async with trio.open_nursery() as nursery:
-            actor = CodecActor(store)
-            await nursery.start(actor.run)
+    async with persisting(tmp_path, logs) as (_store, _leases, actor, commits):
 
-            async def loop(name: str) -> None:
-                events = logs[name].events
-                for start in range(0, len(events), 5):
-                    await actor.persist(name, events[start : start + 5])
+        async def loop(name: str) -> None:
+            events = logs[name].events
+            for start in range(0, len(events), 5):
+                await actor.persist(name, events[start : start + 5])
 
-            async with trio.open_nursery() as loops:
-                for name in logs:
-                    loops.start_soon(loop, name)
-            await actor.aclose()
-        barriers = sum(-(-len(log) // 5) for log in logs.values())
-        # After the first barrier (committed alone), every round holds all ten loops.
-        assert len(commits) <= barriers // len(logs) + 2
-        assert max(commits) == len(logs)
-        for name, log in logs.items():
-            assert stored(tmp_path / "s.db", name) == [
-                (name, event.seq, event.type, event.time, encode_event(event), crc)
-                for event, (*_, crc) in zip(
-                    log.events, stored(tmp_path / "s.db", name), strict=True
-                )
-            ]
-    finally:
-        for lease in leases:
-            lease.release()
-        await store.close()
+        async with trio.open_nursery() as loops:
+            for name in logs:
+                loops.start_soon(loop, name)
+    barriers = sum(-(-len(log) // 5) for log in logs.values())
+    # After the first barrier (committed alone), every round holds all ten loops.
+    assert len(commits) <= barriers // len(logs) + 2
+    assert max(commits) == len(logs)
+    for name, log in logs.items():
+        assert stored(tmp_path / "s.db", name) == [
+            (name, event.seq, event.type, event.time, encode_event(event), crc)
+            for event, (*_, crc) in zip(log.events, stored(tmp_path / "s.db", name), strict=True)
+        ]
