@@ -2,7 +2,8 @@
 encoding and checksum, a batch of leased sessions with remembered tails refuses exactly what
 the checked path refuses and stores the same bytes, the busy timeout inline commits turn
 off is back for every piece of thread work, and a lone writer's barrier committed in its
-caller writes and refuses what the actor's round does."""
+caller writes and refuses what the actor's round does; writers taking turns commit in their
+callers, writers flushing together share the actor's rounds."""
 
 from __future__ import annotations
 
