@@ -280,7 +280,9 @@ class CodecActor:
         await reply.wait()
 
     async def persist(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        """Submit and wait until durable (a barrier of `session_id`, see `flush`)."""
+        """Submit and wait until durable (a barrier of `session_id`, see `flush`). Written
+        by its caller when nothing could share its commit, it returns with no schedule point
+        (persistence.md §4.2)."""
         reply: Reply[None] = Reply()
         submit = _Submit(session_id, tuple(events), reply)
         if (
@@ -290,11 +292,13 @@ class CodecActor:
             and (self._inline_always or self._alone_next(session_id))
         ):
             # Nothing is queued or being written: this round alone is next in line, and
-            # an inline commit never waits, so it runs here, whole, with no task hop.
+            # an inline commit never waits, so it runs here, whole, with no task hop. It
+            # returns with no schedule point either: one now would run other tasks' work
+            # inside this caller's latency, before its request leaves (its cancel point
+            # follows in the caller; the loop yields when it awaits the provider).
             self._check_open()
             if self._inline_round(self._inline, submit):
-                await reply.wait()
-                return
+                return reply.result()
         await self._send_message(submit)
         await reply.wait()
 

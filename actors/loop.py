@@ -986,7 +986,7 @@ class LoopActor:
             if lock.locked():
                 await lock.acquire()
             else:
-                lock.acquire_nowait()  # uncontended: no extra schedule point before persist's
+                lock.acquire_nowait()  # uncontended: no schedule point here
             try:
                 events = self.session.events_since(self._persisted)
                 self._persisted = len(self.session)

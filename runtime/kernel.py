@@ -52,6 +52,12 @@ class Reply(Generic[R]):
     async def wait(self) -> R:
         """The value given to `send`, or raise the exception given to `fail`."""
         await self._done.wait()
+        return self.result()
+
+    def result(self) -> R:
+        """What `wait` returns or raises, for a reply already `answered`: no schedule point."""
+        if not self._done.is_set():
+            raise RuntimeError("this reply is not answered yet (wait for it)")
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]

@@ -2,8 +2,9 @@
 encoding and checksum, a batch of leased sessions with remembered tails refuses exactly what
 the checked path refuses and stores the same bytes, the busy timeout inline commits turn
 off is back for every piece of thread work, and a lone writer's barrier committed in its
-caller writes and refuses what the actor's round does; writers taking turns commit in their
-callers, writers flushing together share the actor's rounds."""
+caller writes and refuses what the actor's round does and returns with no schedule point;
+writers taking turns commit in their callers, writers flushing together share the actor's
+rounds."""
 
 from __future__ import annotations
 
@@ -213,6 +214,29 @@ async def test_sqlite_barriers_taking_turns_commit_in_their_callers_when_nothing
         assert len(rounds) == 1 and barriers > 4
         for name, log in logs.items():
             assert (await store.load(name, lease=leases[name]))[1] == log.events
+
+
+async def test_a_barrier_committed_in_its_caller_returns_with_no_schedule_point(
+    tmp_path: Path,
+) -> None:
+    events = closed_log("s", 2).events
+    async with persisting(tmp_path, {"s": closed_log("s", 2)}) as (store, _, actor, rounds):
+        ran: list[int] = []
+
+        async def other_task() -> None:
+            ran.append(store._inline_commits)
+
+        async with trio.open_nursery() as nursery:
+            await actor.persist("s", events[:5])  # the actor's round: "s" now writes alone
+            before = store._inline_commits
+            nursery.start_soon(other_task)  # ready to run from here on
+            await actor.persist("s", events[5:10])
+            # Committed in the caller, and nothing else ran: a schedule point there would
+            # have run the other task inside this barrier.
+            assert len(rounds) == 1 and store._inline_commits == before + 1 and ran == []
+            await trio.testing.wait_all_tasks_blocked()
+            assert ran == [before + 1]
+        await actor.aclose()
 
 
 async def test_a_sqlite_barrier_waits_behind_submits_queued_before_it(tmp_path: Path) -> None:

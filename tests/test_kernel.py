@@ -58,6 +58,18 @@ async def test_reply_is_one_shot() -> None:
     assert await reply.wait() == 1
 
 
+def test_an_answered_reply_is_read_without_waiting() -> None:
+    pending: Reply[int] = Reply()
+    with pytest.raises(RuntimeError, match="not answered"):
+        pending.result()
+    pending.send(7)
+    assert pending.result() == 7
+    failed: Reply[int] = Reply()
+    failed.fail(LookupError("gone"))
+    with pytest.raises(LookupError, match="gone"):
+        failed.result()
+
+
 class _HeldActor:
     """An actor with a mailbox of 2 that takes each message, then holds it until `release`
     is set; `fill()` leaves it holding 0 with 1 and 2 queued, and `blocked_send(3)` is a
