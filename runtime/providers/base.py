@@ -25,7 +25,9 @@ class Provider(Protocol):
 
     Failures either raise `ProviderError` (with a stable `code`) or end the stream with
     `Finish(kind="error", error=ErrorInfo(...))`. Transient transport errors are retried
-    inside the adapter before the first streamed byte, never after.
+    inside the adapter before the first streamed byte, never after. The stream is where a
+    loop's step lets other tasks run, so it passes a schedule point (any trio I/O does;
+    loop.md §4.10).
     """
 
     name: str
