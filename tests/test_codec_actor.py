@@ -1,4 +1,5 @@
-"""CodecActor: group commit across sessions, barrier semantics, fail-closed, backpressure."""
+"""CodecActor: group commit across sessions, barrier semantics, fail-closed, backpressure,
+and a loop's request leaving with no schedule point after a barrier committed in the loop."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import trio.testing
 from session_logs import closed_log
 
 from actorloop.actors.codec import CodecActor
+from actorloop.runtime import AgentOptions, Request, Runtime, ScriptedProvider, reply
+from actorloop.runtime.agent import Agent
 from actorloop.runtime.errors import SessionWriteError, StoreError
 from actorloop.runtime.events import SessionEvent
 from actorloop.runtime.session import SessionMeta
@@ -289,6 +292,42 @@ async def test_a_barrier_on_the_memory_store_waits_behind_submits_queued_before_
         await persisted.wait()
         await actor.aclose()
     assert (await store.load("one"))[1] == events
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_a_steps_request_leaves_before_tasks_made_ready_in_the_step_run(
+    store: str, tmp_path: Path
+) -> None:
+    turns = 20  # a schedule point runs the loop or the ready task first at random (trio)
+    ran: list[int] = []
+    ran_at_requests: list[int] = []
+
+    def answer(request: Request) -> tuple[object, ...]:  # called as the request arrives
+        ran_at_requests.append(len(ran))
+        return reply("done")
+
+    provider = ScriptedProvider([reply("warm"), *[answer] * turns])
+    url = "memory:" if store == "memory" else f"sqlite:{tmp_path / 's.db'}"
+    async with Runtime.open(store=url, provider=provider) as rt, trio.open_nursery() as nursery:
+        agent = await rt.spawn(AgentOptions(model="m"))
+        # On sqlite the first barrier goes through the actor's round; then the session
+        # writes alone, and its barriers commit in the loop.
+        assert (await agent.send("warm up")).reason == "completed"
+
+        async def other_task(number: int) -> None:
+            ran.append(number)
+
+        def at_event(_: Agent, event: SessionEvent) -> None:
+            if event.type == "step/start":  # ready to run from this point of the step
+                nursery.start_soon(other_task, len(ran_at_requests))
+
+        agent.on("session/event", at_event)
+        for _ in range(turns):
+            assert (await agent.send("go")).reason == "completed"
+    # Each barrier before a request committed in the loop and did not yield: every request
+    # left before the task its step made ready ran, which then ran when the provider yielded.
+    assert ran_at_requests == list(range(turns))
+    assert ran == list(range(turns))
 
 
 async def test_a_memory_store_barrier_reports_its_own_sessions_failure_only() -> None:
