@@ -219,8 +219,9 @@ async def test_sqlite_barriers_taking_turns_commit_in_their_callers_when_nothing
 async def test_a_barrier_committed_in_its_caller_returns_with_no_schedule_point(
     tmp_path: Path,
 ) -> None:
-    events = closed_log("s", 2).events
-    async with persisting(tmp_path, {"s": closed_log("s", 2)}) as (store, _, actor, rounds):
+    log = closed_log("s", 2)
+    events = log.events
+    async with persisting(tmp_path, {"s": log}) as (store, _, actor, rounds):
         ran: list[int] = []
 
         async def other_task() -> None:
