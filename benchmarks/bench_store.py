@@ -29,7 +29,8 @@ barrier and `bench_floor`'s `sqlite:` step against its floor (store_commit.json 
 sixth counts instructions (valgrind callgrind) per group-commit event and per barrier for
 both trees, a figure the other tenants of a shared machine cannot move
 (store_instructions.json / .md). `--layout-probe` counts the WAL frames a 1,000-session
-group commit writes with this build's table layout and with a rowid-ordered experiment
+group commit writes with this build's table layout and with three experiments: rows in
+commit order, and one row per session per commit, clustered or in commit order
 (store_layout.json / .md).
 
 Workload: loop-shaped turns of 13 events (turn/start, user/message, a tool step with one
@@ -720,6 +721,34 @@ CREATE TABLE events (
 )"""
 """An experiment, not a schema this build writes: events appended in commit order (rowid)
 with the (session, seq) key in a separate, narrow index."""
+BATCH_EVENTS = {
+    "clustered-batch": """
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    crc INTEGER NOT NULL,
+    PRIMARY KEY (session_id, first_seq)
+) WITHOUT ROWID""",
+    "rowid-batch": """
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    crc INTEGER NOT NULL,
+    UNIQUE (session_id, first_seq)
+)""",
+}
+"""Experiments, not schemas this build writes: one row per session per commit (its events'
+bodies joined by newlines, one checksum), clustered by session or in commit order."""
+
+
+def _batch_row(part: list[Any]) -> tuple[str, int, int, bytes, int]:
+    """One session's rows of a commit as one row of a batch layout."""
+    body = b"\n".join(row[4] for row in part)
+    return (part[0][0], part[0][1], part[-1][1], body, zlib.crc32(body))
 
 
 def _layout_commits(layout: str, sessions: int, turns: int, directory: Path) -> dict[str, Any]:
@@ -735,8 +764,9 @@ def _layout_commits(layout: str, sessions: int, turns: int, directory: Path) -> 
     db.execute("PRAGMA synchronous = NORMAL")
     db.execute("PRAGMA wal_autocheckpoint = 0")
     tables = schema._SCHEMA
-    if layout == "rowid":
-        tables = tables.split("CREATE TABLE events")[0] + ROWID_EVENTS
+    if layout != "schema-2":
+        sessions_table = tables.split("CREATE TABLE events")[0]
+        tables = sessions_table + (ROWID_EVENTS if layout == "rowid" else BATCH_EVENTS[layout])
     for statement in tables.split(";"):
         if statement.strip():
             db.execute(statement)
@@ -749,9 +779,14 @@ def _layout_commits(layout: str, sessions: int, turns: int, directory: Path) -> 
     frames, commit_cpu, checkpoint_cpu = [], 0.0, 0.0
     for step in steps:
         rows = {session_id: event_rows(session_id, step) for session_id in ids}
+        if layout in BATCH_EVENTS:
+            insert = "INSERT INTO events VALUES (?, ?, ?, ?, ?)"
+            inserted = [_batch_row(part) for part in rows.values()]
+        else:
+            insert, inserted = schema._INSERT_EVENTS, [row for i in ids for row in rows[i]]
         began = time.process_time()
         db.execute("BEGIN IMMEDIATE")
-        db.executemany(schema._INSERT_EVENTS, [row for i in ids for row in rows[i]])
+        db.executemany(insert, inserted)
         db.executemany(
             schema._MOVE_HEAD, [(part[-1][1] + 1, i, part[0][1]) for i, part in rows.items()]
         )
@@ -780,7 +815,7 @@ def layout_probe() -> dict[str, Any]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-layout-") as temp:
         for sessions, turns in LAYOUT_PLAN:
-            for layout in ("schema-2", "rowid"):
+            for layout in ("schema-2", "rowid", *BATCH_EVENTS):
                 print(f"layout {layout} {sessions} x {turns} ...", file=sys.stderr)
                 rows.append(_layout_commits(layout, sessions, turns, Path(temp)))
     return {"environment": environment(), "rows": rows}
@@ -804,7 +839,11 @@ def layout_markdown(report: dict[str, Any]) -> str:
         "b-tree leaf per session and SQLite rebalances full leaves with their siblings); "
         "*rowid* is an experiment only: the rows appended in commit order, the (session, "
         "seq) key in a separate narrow index. Loads read a session through that index "
-        "instead of one clustered range: what that costs a resume is not measured here.",
+        "instead of one clustered range: what that costs a resume is not measured here. "
+        "*clustered-batch* and *rowid-batch* are experiments too: one row per session per "
+        "commit (its events' bodies joined, one checksum for the row), clustered by "
+        "session or in commit order; a load would then split each row back into events, "
+        "and a fork at an event inside a row would have to cut it.",
         "",
         "| layout | sessions | turns | WAL frames per commit (median / last) | WAL bytes per "
         "body byte | commit CPU µs/event | checkpoint CPU µs/event |",
