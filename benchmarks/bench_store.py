@@ -721,25 +721,17 @@ CREATE TABLE events (
 )"""
 """An experiment, not a schema this build writes: events appended in commit order (rowid)
 with the (session, seq) key in a separate, narrow index."""
+_BATCH_COLUMNS = """
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    crc INTEGER NOT NULL,"""
 BATCH_EVENTS = {
-    "clustered-batch": """
-CREATE TABLE events (
-    session_id TEXT NOT NULL,
-    first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    crc INTEGER NOT NULL,
-    PRIMARY KEY (session_id, first_seq)
-) WITHOUT ROWID""",
-    "rowid-batch": """
-CREATE TABLE events (
-    session_id TEXT NOT NULL,
-    first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    crc INTEGER NOT NULL,
-    UNIQUE (session_id, first_seq)
-)""",
+    "clustered-batch": _BATCH_COLUMNS
+    + "\n    PRIMARY KEY (session_id, first_seq)\n) WITHOUT ROWID",
+    "rowid-batch": _BATCH_COLUMNS + "\n    UNIQUE (session_id, first_seq)\n)",
 }
 """Experiments, not schemas this build writes: one row per session per commit (its events'
 bodies joined by newlines, one checksum), clustered by session or in commit order."""
