@@ -10,12 +10,12 @@ from typing import TypeAlias
 import trio
 from attrs import frozen
 
-from actorloop.runtime.errors import GroupCommitError, SessionWriteError, StoreError
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.kernel import Reply
-from actorloop.runtime.stores.base import Batch, Store
-from actorloop.runtime.stores.memory import MemoryStore
-from actorloop.runtime.stores.sqlite import SqliteStore
+from ..runtime.errors import GroupCommitError, SessionWriteError, StoreError
+from ..runtime.model.events import SessionEvent
+from ..runtime.stores.base import Batch, Store
+from ..runtime.stores.memory import MemoryStore
+from ..runtime.stores.sqlite import SqliteStore
+from .kernel import Reply
 
 log = logging.getLogger("actorloop.codec")
 

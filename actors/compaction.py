@@ -11,9 +11,12 @@ from typing import TYPE_CHECKING
 import trio
 from attrs import define, field, frozen
 
-from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo, TokenUsage
-from actorloop.runtime.errors import CompactionFailed, ErrorCode
-from actorloop.runtime.events import (
+from ..runtime.errors import CompactionFailed, ErrorCode
+from ..runtime.log.request import Request
+from ..runtime.log.surface import project
+from ..runtime.log.tokens import estimate_message
+from ..runtime.model.chunks import ChunkAssembler, ErrorInfo, TokenUsage
+from ..runtime.model.events import (
     CompactionEnd,
     CompactionPrune,
     CompactionStart,
@@ -23,16 +26,13 @@ from actorloop.runtime.events import (
     ToolResultEvent,
     UserMessage,
 )
-from actorloop.runtime.header import LlmCallConfig, ToolSchema
-from actorloop.runtime.kernel import ActorRef, Mailbox
-from actorloop.runtime.messages import Message, Source, Text, ToolCall, ToolResult
-from actorloop.runtime.providers.base import Provider, opened_stream
-from actorloop.runtime.request import Request
-from actorloop.runtime.surface import project
-from actorloop.runtime.tokens import estimate_message
+from ..runtime.model.header import LlmCallConfig, ToolSchema
+from ..runtime.model.messages import Message, Source, Text, ToolCall, ToolResult
+from ..runtime.providers.base import Provider, opened_stream
+from .kernel import ActorRef, Mailbox
 
 if TYPE_CHECKING:
-    from actorloop.actors.loop import LoopActor
+    from .loop import LoopActor
 
 log = logging.getLogger("actorloop.compaction")
 

@@ -15,11 +15,19 @@ import orjson
 import trio
 from attrs import define, evolve, field, frozen
 
-from actorloop.codecs.converter import structure_as, unstructure
-from actorloop.codecs.jsonvalue import freeze_json, freeze_object
-from actorloop.runtime.agent import Agent, AgentStatus
-from actorloop.runtime.chunks import ChunkAssembler, ErrorInfo, StreamChunk
-from actorloop.runtime.errors import (
+from ..codecs.converter import structure_as, unstructure
+from ..codecs.jsonvalue import freeze_json, freeze_object
+from ..runtime.control.handle import Agent, AgentStatus
+from ..runtime.control.hooks import (
+    HookRegistry,
+    listeners_for,
+    run_notify,
+    run_serial,
+    run_until_answer,
+    run_waterfall,
+)
+from ..runtime.control.options import AgentOptions, Tool, ToolContext
+from ..runtime.errors import (
     ActorStopped,
     AgentClosed,
     ErrorCode,
@@ -30,7 +38,14 @@ from actorloop.runtime.errors import (
     SessionValidationError,
     sole_error,
 )
-from actorloop.runtime.events import (
+from ..runtime.log.header_algebra import canonical, diff, headers_equal, order_tools
+from ..runtime.log.request import Request, request_digest
+from ..runtime.log.session import Session
+from ..runtime.log.surface import chain_of
+from ..runtime.log.tokens import TokenMeter
+from ..runtime.log.usage import usage_of
+from ..runtime.model.chunks import ChunkAssembler, ErrorInfo, StreamChunk
+from ..runtime.model.events import (
     APPEND,
     AssistantChunk,
     AssistantMessage,
@@ -51,30 +66,8 @@ from actorloop.runtime.events import (
     TurnStart,
     UserMessage,
 )
-from actorloop.runtime.header import EpochHeader, LlmCallConfig, ToolSchema
-from actorloop.runtime.header_algebra import canonical, diff, headers_equal, order_tools
-from actorloop.runtime.hooks import (
-    HookRegistry,
-    listeners_for,
-    run_notify,
-    run_serial,
-    run_until_answer,
-    run_waterfall,
-)
-from actorloop.runtime.kernel import ActorRef, Mailbox
-from actorloop.runtime.messages import (
-    Content,
-    Message,
-    Reasoning,
-    Source,
-    Text,
-    ToolCall,
-    as_message_tuple,
-)
-from actorloop.runtime.options import AgentOptions, Tool, ToolContext
-from actorloop.runtime.providers.base import Provider, opened_stream
-from actorloop.runtime.request import Request, request_digest
-from actorloop.runtime.seams import (
+from ..runtime.model.header import EpochHeader, LlmCallConfig, ToolSchema
+from ..runtime.model.hook_values import (
     Allow,
     Block,
     ContextItem,
@@ -91,10 +84,17 @@ from actorloop.runtime.seams import (
     TurnResult,
     TurnStop,
 )
-from actorloop.runtime.session import Session
-from actorloop.runtime.surface import chain_of
-from actorloop.runtime.tokens import TokenMeter
-from actorloop.runtime.usage import usage_of
+from ..runtime.model.messages import (
+    Content,
+    Message,
+    Reasoning,
+    Source,
+    Text,
+    ToolCall,
+    as_message_tuple,
+)
+from ..runtime.providers.base import Provider, opened_stream
+from .kernel import ActorRef, Mailbox
 
 log = logging.getLogger("actorloop.loop")
 

@@ -26,11 +26,11 @@ import trio
 import trio.testing
 from attrs import frozen
 
-from actorloop.runtime.chunks import TextDelta, TokenUsage, UsageReport
-from actorloop.runtime.header import LlmCallConfig, ToolSchema
-from actorloop.runtime.messages import Message
+from actorloop.runtime.log.request import Request
+from actorloop.runtime.model.chunks import TextDelta, TokenUsage, UsageReport
+from actorloop.runtime.model.header import LlmCallConfig, ToolSchema
+from actorloop.runtime.model.messages import Message
 from actorloop.runtime.providers.sim import SimMode, SimProvider
-from actorloop.runtime.request import Request
 from benchmarks.filler import filler
 
 TURNS = 50

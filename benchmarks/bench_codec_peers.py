@@ -37,7 +37,7 @@ import orjson
 import trio
 
 from actorloop.codecs.converter import decode_event, encode_event
-from actorloop.runtime.chunks import (
+from actorloop.runtime.model.chunks import (
     BlockEnd,
     BlockStart,
     Finish,

@@ -34,17 +34,17 @@ from actorloop.runtime import (
     TokenUsage,
     Tool,
 )
-from actorloop.runtime.events import (
+from actorloop.runtime.host.runtime import Runtime
+from actorloop.runtime.log.request import Request
+from actorloop.runtime.log.session import Session
+from actorloop.runtime.log.tokens import estimate_messages, estimate_system, estimate_tools
+from actorloop.runtime.model.events import (
     AssistantMessage,
     CompactionEnd,
     CompactionSummary,
     TurnStart,
 )
 from actorloop.runtime.providers.sim import SimMode, SimProvider
-from actorloop.runtime.request import Request
-from actorloop.runtime.runtime import Runtime
-from actorloop.runtime.session import Session
-from actorloop.runtime.tokens import estimate_messages, estimate_system, estimate_tools
 from benchmarks.filler import filler
 
 TURNS = 200

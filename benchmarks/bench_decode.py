@@ -61,7 +61,7 @@ def _cpu(action: Any) -> float:
 
 def _append_and_decode(events: int) -> dict[str, Any]:
     from actorloop.codecs.converter import decode_event, encode_event
-    from actorloop.runtime.session import Session
+    from actorloop.runtime.log.session import Session
     from benchmarks.bench_session import workload
 
     ops = workload(events)
@@ -107,9 +107,9 @@ def _header_shortcuts(reps: int) -> dict[str, Any]:
     """Item 6, old and new code path in the same process: the digest's header part and the
     per-step header equality, for a loop's header rebuilt each step from the same parts."""
     from actorloop.codecs.converter import canonical_bytes
-    from actorloop.runtime.header import EpochHeader
-    from actorloop.runtime.header_algebra import canonical, header_bytes, headers_equal
-    from actorloop.runtime.request import header_part_bytes
+    from actorloop.runtime.log.header_algebra import canonical, header_bytes, headers_equal
+    from actorloop.runtime.log.request import header_part_bytes
+    from actorloop.runtime.model.header import EpochHeader
     from benchmarks.bench_session import HEADER
 
     folded = canonical(HEADER)
@@ -141,8 +141,8 @@ def _header_shortcuts(reps: int) -> dict[str, Any]:
 def _setup_store(path: Path, events: int) -> None:
     import trio
 
-    from actorloop.runtime.meta import SessionMeta
-    from actorloop.runtime.session import Session
+    from actorloop.runtime.log.session import Session
+    from actorloop.runtime.model.meta import SessionMeta
     from actorloop.runtime.stores.base import open_store
     from benchmarks.bench_session import HEADER, workload
 
@@ -169,7 +169,7 @@ def _resume(path: Path) -> dict[str, Any]:
     import trio
 
     from actorloop.runtime import EchoProvider
-    from actorloop.runtime.runtime import Runtime
+    from actorloop.runtime.host.runtime import Runtime
 
     def floor() -> int:
         db = sqlite3.connect(path)

@@ -54,8 +54,8 @@ import trio
 
 from actorloop.codecs.converter import event_to_dict
 from actorloop.runtime import AgentOptions, EchoProvider, ScriptedProvider, Tool, reply, tool_call
-from actorloop.runtime.agent import Agent
-from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.control.handle import Agent
+from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.stores.sqlite import EVENTS_TABLE
 from benchmarks.bench_runtime import loop_shaped_session, write_directly
 

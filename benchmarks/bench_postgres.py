@@ -34,7 +34,7 @@ import trio
 
 from actorloop.actors.codec import CodecActor
 from actorloop.runtime.errors import SessionBusy
-from actorloop.runtime.session import SessionMeta
+from actorloop.runtime.log.session import SessionMeta
 from actorloop.runtime.stores.postgres import PostgresStore
 from benchmarks.bench_store import STEP_BATCH, build_log
 

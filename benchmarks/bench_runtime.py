@@ -44,8 +44,10 @@ from typing import Any
 import trio
 
 from actorloop.runtime import AgentOptions, CollectorPolicy, EchoProvider
-from actorloop.runtime.chunks import TextDelta, TokenUsage
-from actorloop.runtime.events import (
+from actorloop.runtime.host.runtime import Runtime
+from actorloop.runtime.log.session import Session, SessionMeta
+from actorloop.runtime.model.chunks import TextDelta, TokenUsage
+from actorloop.runtime.model.events import (
     APPEND,
     AssistantChunk,
     AssistantMessage,
@@ -58,10 +60,8 @@ from actorloop.runtime.events import (
     TurnStart,
     UserMessage,
 )
-from actorloop.runtime.header import EpochHeader, LlmCallConfig
-from actorloop.runtime.messages import USER, Text
-from actorloop.runtime.runtime import Runtime
-from actorloop.runtime.session import Session, SessionMeta
+from actorloop.runtime.model.header import EpochHeader, LlmCallConfig
+from actorloop.runtime.model.messages import USER, Text
 from actorloop.runtime.stores import open_store
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -63,7 +63,7 @@ def start_server(root: Path, latency_ms: float) -> tuple[subprocess.Popen[str], 
         [
             sys.executable,
             "-m",
-            "actorloop.runtime.cli",
+            "actorloop.runtime.cli.commands",
             "serve",
             "--port",
             "0",
@@ -218,7 +218,7 @@ async def direct_baseline(root: Path, sessions: int, turns: int, latency_ms: flo
     """Turns/s of the same load driven in-process (`agent.send`, no HTTP): what the service
     adds is the difference."""
     from actorloop.runtime import AgentOptions, Runtime
-    from actorloop.runtime.orchestration import LOOKUP, make_sim
+    from actorloop.runtime.cli.orchestration import LOOKUP, make_sim
 
     store = f"sqlite:{root / f'direct-{sessions}-{turns}-{latency_ms:g}.db'}"
     async with Runtime.open(store=store, provider=make_sim(latency_ms, None)) as rt:

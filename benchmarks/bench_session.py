@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from actorloop.codecs.converter import decode_event, encode_event
-from actorloop.runtime.chunks import TextDelta, TokenUsage
-from actorloop.runtime.events import (
+from actorloop.runtime.log.session import Session
+from actorloop.runtime.model.chunks import TextDelta, TokenUsage
+from actorloop.runtime.model.events import (
     APPEND,
     AssistantChunk,
     AssistantMessage,
@@ -61,9 +62,8 @@ from actorloop.runtime.events import (
     TurnStart,
     UserMessage,
 )
-from actorloop.runtime.header import EpochHeader, LlmCallConfig, ToolSchema
-from actorloop.runtime.messages import USER, Text, ToolCall
-from actorloop.runtime.session import Session
+from actorloop.runtime.model.header import EpochHeader, LlmCallConfig, ToolSchema
+from actorloop.runtime.model.messages import USER, Text, ToolCall
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (100, 10_000, 100_000)

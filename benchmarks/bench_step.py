@@ -47,7 +47,7 @@ import trio
 sys.path.insert(0, {root!r})
 from benchmarks.bench_floor import OPTIONS, StepAgent
 from actorloop.runtime import ScriptedProvider
-from actorloop.runtime.runtime import Runtime
+from actorloop.runtime.host.runtime import Runtime
 
 async def measure(store, warm, timed):
     provider = ScriptedProvider()

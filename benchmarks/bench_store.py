@@ -62,8 +62,9 @@ from typing import Any
 import trio
 
 from actorloop.actors.codec import CodecActor
-from actorloop.runtime.chunks import TextDelta
-from actorloop.runtime.events import (
+from actorloop.runtime.log.session import Session, SessionMeta
+from actorloop.runtime.model.chunks import TextDelta
+from actorloop.runtime.model.events import (
     APPEND,
     AssistantChunk,
     AssistantMessage,
@@ -78,8 +79,7 @@ from actorloop.runtime.events import (
     TurnStart,
     UserMessage,
 )
-from actorloop.runtime.messages import USER, Text, ToolCall
-from actorloop.runtime.session import Session, SessionMeta
+from actorloop.runtime.model.messages import USER, Text, ToolCall
 from actorloop.runtime.stores import JsonlStore, MemoryStore, SqliteStore, Store
 from actorloop.runtime.stores.base import Batch
 
@@ -446,7 +446,7 @@ async def measure_spawn(directory: Path) -> list[dict[str, Any]]:
     """CPU per sequential `Runtime.spawn` (a new session: lease, `store.create`, the loop
     actor started), on `memory:` and on `sqlite:` in one process."""
     from actorloop.runtime import AgentOptions, EchoProvider
-    from actorloop.runtime.runtime import Runtime
+    from actorloop.runtime.host.runtime import Runtime
 
     options = AgentOptions(model="echo-model", system="You are a benchmark agent.")
     rows = []
@@ -953,7 +953,7 @@ def barrier_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_CLI = "import sys; from actorloop.runtime.cli import main; sys.exit(main())"
+_CLI = "import sys; from actorloop.runtime.cli.commands import main; sys.exit(main())"
 
 
 def _demo_run(pythonpath: Path | None) -> dict[str, float]:

@@ -18,7 +18,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import attrs
 
-from actorloop.codecs.jsonvalue import MAX_SAFE_INT, FrozenDict
+from .jsonvalue import MAX_SAFE_INT, FrozenDict
 
 Check = Callable[[Any], bool]
 

@@ -18,19 +18,8 @@ import cattrs
 import orjson
 from cattrs.strategies import configure_tagged_union
 
-from actorloop.codecs.canonical import CanonicalChecks
-from actorloop.codecs.fastdecode import DecoderBuilder
-from actorloop.codecs.jsonvalue import (
-    MAX_SAFE_INT,
-    FrozenDict,
-    JsonValueError,
-    _check_scalar,
-    _dumps,
-    canonical_json,
-    freeze_object,
-    loads_json,
-)
-from actorloop.runtime.chunks import (
+from ..runtime.errors import SessionFormatError
+from ..runtime.model.chunks import (
     BlockEnd,
     BlockStart,
     Finish,
@@ -40,8 +29,7 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import SessionFormatError
-from actorloop.runtime.events import (
+from ..runtime.model.events import (
     DATA_BY_TYPE,
     Append,
     IgnorableData,
@@ -49,8 +37,20 @@ from actorloop.runtime.events import (
     SessionEvent,
     SurfaceOp,
 )
-from actorloop.runtime.header import EpochHeader, LlmCallConfig, ResponseFormat, ToolSchema
-from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall, ToolResult
+from ..runtime.model.header import EpochHeader, LlmCallConfig, ResponseFormat, ToolSchema
+from ..runtime.model.messages import Block, Reasoning, Text, ToolCall, ToolResult
+from .canonical import CanonicalChecks
+from .fastdecode import DecoderBuilder
+from .jsonvalue import (
+    MAX_SAFE_INT,
+    FrozenDict,
+    JsonValueError,
+    _check_scalar,
+    _dumps,
+    canonical_json,
+    freeze_object,
+    loads_json,
+)
 
 BLOCK_TAGS: dict[type, str] = {
     Text: "text",

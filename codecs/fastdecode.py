@@ -24,7 +24,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import attrs
 import cattrs
 
-from actorloop.codecs.jsonvalue import MAX_SAFE_INT, FrozenDict, freeze_object
+from .jsonvalue import MAX_SAFE_INT, FrozenDict, freeze_object
 
 Decode = Callable[[Any], Any]
 Variants = Mapping[Any, type]

@@ -23,15 +23,15 @@ from typing import TypeAlias
 import orjson
 from attrs import frozen
 
-from actorloop.codecs.converter import decode_event, encode_event
-from actorloop.codecs.rows import decode_meta, encode_meta
-from actorloop.runtime.errors import (
+from ..runtime.errors import (
     SessionCorruptError,
     SessionFormatError,
     SessionFormatUnsupported,
 )
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.meta import SessionMeta
+from ..runtime.model.events import SessionEvent
+from ..runtime.model.meta import SessionMeta
+from .converter import decode_event, encode_event
+from .rows import decode_meta, encode_meta
 
 LogBuffer: TypeAlias = bytes | mmap.mmap
 """A whole log file's bytes, or an mmap of it (read by slicing and find/rfind only)."""

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeAlias
 
 import orjson
 
-from actorloop.runtime.errors import JsonValueError
+from ..runtime.errors import JsonValueError
 
 MAX_SAFE_INT = 2**53 - 1
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
-from actorloop.codecs.converter import FAST_DECODERS, decode_event, encode_event
-from actorloop.codecs.jsonvalue import JsonValueError, canonical_json, freeze_object
-from actorloop.runtime.errors import SessionFormatError, SessionFormatUnsupported
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.meta import FORMAT_VERSION, SessionMeta
+from ..runtime.errors import SessionFormatError, SessionFormatUnsupported
+from ..runtime.model.events import SessionEvent
+from ..runtime.model.meta import FORMAT_VERSION, SessionMeta
+from .converter import FAST_DECODERS, decode_event, encode_event
+from .jsonvalue import JsonValueError, canonical_json, freeze_object
 
 EventRow = tuple[str, int, str, int, bytes, int]
 """`events(session_id, seq, type, time, body, crc)`; `body` is the canonical event JSON and

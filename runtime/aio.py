@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 import trio
 from attrs import evolve
 
-from actorloop.runtime.agent import Agent as TrioAgent
-from actorloop.runtime.agent import AgentStatus, SourceSpec
-from actorloop.runtime.collector import CollectorPolicy
-from actorloop.runtime.errors import (
+from .control.collector import CollectorPolicy
+from .control.handle import Agent as TrioAgent
+from .control.handle import AgentStatus, SourceSpec
+from .control.hooks import HOOK_KINDS, Unsubscribe
+from .control.options import AgentOptions, Tool, ToolContext, ToolOutput
+from .errors import (
     HookError,
     HostError,
     HostTaskCancelled,
@@ -27,24 +29,22 @@ from actorloop.runtime.errors import (
     UnknownHookError,
     sole_error,
 )
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.hooks import HOOK_KINDS, Unsubscribe
-from actorloop.runtime.messages import Block, Content
-from actorloop.runtime.options import AgentOptions, Tool, ToolContext, ToolOutput
-from actorloop.runtime.runtime import Runtime as TrioRuntime
-from actorloop.runtime.seams import TurnResult
+from .host.runtime import Runtime as TrioRuntime
+from .model.events import SessionEvent
+from .model.hook_values import TurnResult
+from .model.messages import Block, Content
 
 if TYPE_CHECKING:
     from outcome import Outcome
 
-    from actorloop.actors.loop import Compactor
-    from actorloop.runtime.header import ToolSchema
-    from actorloop.runtime.meta import DamagedSession, SessionMeta
-    from actorloop.runtime.providers.base import Provider
-    from actorloop.runtime.session import Session
-    from actorloop.runtime.stores.base import Store
-    from actorloop.runtime.telemetry import TelemetrySetting
-    from actorloop.runtime.usage import UsageTotals
+    from ..actors.loop import Compactor
+    from .host.telemetry import TelemetrySetting
+    from .log.session import Session
+    from .log.usage import UsageTotals
+    from .model.header import ToolSchema
+    from .model.meta import DamagedSession, SessionMeta
+    from .providers.base import Provider
+    from .stores.base import Store
 
 T = TypeVar("T")
 

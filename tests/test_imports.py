@@ -15,8 +15,8 @@ FIRST_IMPORTS = [
     "actorloop.actors.compaction",
     "actorloop.codecs.converter",
     "actorloop.codecs.jsonvalue",
-    "actorloop.runtime.session",
-    "actorloop.runtime.cli",
+    "actorloop.runtime.log.session",
+    "actorloop.runtime.cli.commands",
     "actorloop.runtime.providers",
 ]
 

@@ -75,8 +75,28 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def package_of(path: Path) -> str:
+    """The package a module's relative imports start from (a package's own, for __init__)."""
+    for folder, package in FOLDERS.items():
+        if path.is_relative_to(ROOT / folder):
+            parts = path.relative_to(ROOT / folder).parts[:-1]
+            return ".".join((package, *parts))
+    raise AssertionError(f"{path} is in no package folder")
+
+
+def absolute(node: ast.ImportFrom, path: Path) -> str | None:
+    """The absolute module a `from ... import` names: relative forms resolved from the file."""
+    if node.level == 0:
+        return node.module
+    base = package_of(path).split(".")
+    assert node.level - 1 < len(base), f"{path}: a relative import climbs out of actorloop"
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join((*base, node.module)) if node.module else ".".join(base)
+
+
 def imports_of(path: Path) -> list[tuple[str, bool]]:
-    """(imported actorloop module, made at import time) for every import in the file."""
+    """(imported actorloop module, made at import time) for every import in the file, in the
+    absolute form (tests, docs) and the relative one (the package) alike."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found: list[tuple[str, bool]] = []
 
@@ -89,17 +109,47 @@ def imports_of(path: Path) -> list[tuple[str, bool]]:
                 visit(child, False)
             elif isinstance(child, ast.Import):
                 found.extend((alias.name, at_import_time) for alias in child.names)
-            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+            elif isinstance(child, ast.ImportFrom):
+                module = absolute(child, path)
+                if module is None:
+                    continue
                 for alias in child.names:
-                    submodule = f"{child.module}.{alias.name}"
-                    found.append(
-                        (submodule if submodule in MODULES else child.module, at_import_time)
-                    )
+                    submodule = f"{module}.{alias.name}"
+                    found.append((submodule if submodule in MODULES else module, at_import_time))
             else:
                 visit(child, at_import_time)
 
     visit(tree, True)
     return [(name, eager) for name, eager in found if name.startswith("actorloop.")]
+
+
+def test_the_package_imports_itself_relatively() -> None:
+    """Inside the package every import of its own modules is relative (as trio's and httpx's
+    are), so a tool that maps imports to files sees every arrow."""
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            absolute_own = [name for name in names if name.startswith("actorloop.")]
+            assert absolute_own == [], f"{module} imports {absolute_own} by absolute path"
+
+
+def test_relative_and_absolute_forms_name_the_same_module() -> None:
+    """The resolution the layer checks rely on, on a relative and an absolute import."""
+    path = ROOT / "runtime" / "log" / "session.py"
+    relative = ast.parse("from ..model.events import Append\nfrom . import surface").body
+    absolute_form = ast.parse("from actorloop.runtime.model.events import Append").body
+    assert isinstance(relative[0], ast.ImportFrom) and isinstance(relative[1], ast.ImportFrom)
+    assert isinstance(absolute_form[0], ast.ImportFrom)
+    assert absolute(relative[0], path) == "actorloop.runtime.model.events"
+    assert absolute(relative[1], path) == "actorloop.runtime.log"
+    assert absolute(absolute_form[0], path) == "actorloop.runtime.model.events"
 
 
 def test_every_module_is_in_exactly_one_layer() -> None:
@@ -184,10 +234,15 @@ LOW_LAYER_IMPORTS = {
     "actorloop.codecs": ("actorloop.actors", "actorloop.runtime.providers", "httpx", "trio"),
     "actorloop.codecs.jsonvalue": ("actorloop.actors", "actorloop.runtime.providers", "httpx"),
     "actorloop.codecs.converter": ("actorloop.actors", "actorloop.runtime.providers", "httpx"),
-    "actorloop.codecs.jsonl": ("actorloop.actors", "actorloop.runtime.session", "httpx", "trio"),
-    "actorloop.runtime.events": ("actorloop.actors", "actorloop.codecs.converter", "httpx"),
-    "actorloop.runtime.session": ("actorloop.actors", "actorloop.runtime.providers", "httpx"),
-    "actorloop.actors.loop": ("actorloop.runtime.runtime", "httpx"),
+    "actorloop.codecs.jsonl": (
+        "actorloop.actors",
+        "actorloop.runtime.log.session",
+        "httpx",
+        "trio",
+    ),
+    "actorloop.runtime.model.events": ("actorloop.actors", "actorloop.codecs.converter", "httpx"),
+    "actorloop.runtime.log.session": ("actorloop.actors", "actorloop.runtime.providers", "httpx"),
+    "actorloop.actors.loop": ("actorloop.runtime.host", "httpx"),
 }
 
 

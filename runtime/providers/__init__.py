@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actorloop.runtime.lazy import lazy_exports
+from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from actorloop.runtime.errors import ProviderSpecError
-    from actorloop.runtime.providers.anthropic import AnthropicProvider
-    from actorloop.runtime.providers.base import ModelInfo, Provider
-    from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
-    from actorloop.runtime.providers.registry import provider_from_spec
-    from actorloop.runtime.providers.responses import OpenAIResponsesProvider
-    from actorloop.runtime.providers.retry import RetryPolicy
-    from actorloop.runtime.providers.sim import SimProvider
+    from ..errors import ProviderSpecError
+    from .anthropic import AnthropicProvider
+    from .base import ModelInfo, Provider
+    from .openai import DeepSeekProvider, OpenAIChatProvider
+    from .registry import provider_from_spec
+    from .responses import OpenAIResponsesProvider
+    from .retry import RetryPolicy
+    from .sim import SimProvider
 
 __getattr__, __dir__ = lazy_exports(
     globals(),

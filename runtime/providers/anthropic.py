@@ -18,9 +18,11 @@ import httpx
 import orjson
 import trio
 
-from actorloop.codecs.converter import ordered_fragment
-from actorloop.codecs.jsonvalue import canonical_json
-from actorloop.runtime.chunks import (
+from ...codecs.converter import ordered_fragment
+from ...codecs.jsonvalue import canonical_json
+from ..errors import CallConfigError, ErrorCode, ProviderError
+from ..log.request import Request
+from ..model.chunks import (
     BlockEnd,
     BlockKind,
     BlockStart,
@@ -33,15 +35,14 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import CallConfigError, ErrorCode, ProviderError
-from actorloop.runtime.header import (
+from ..model.header import (
     CACHE_BREAKPOINTS,
     MIN_THINKING_BUDGET,
     CacheBreakpoint,
     LlmCallConfig,
 )
-from actorloop.runtime.messages import Block, Message, Reasoning, Text, ToolCall
-from actorloop.runtime.providers.http import (
+from ..model.messages import Block, Message, Reasoning, Text, ToolCall
+from .http import (
     DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
@@ -52,12 +53,11 @@ from actorloop.runtime.providers.http import (
     tool_parameters,
     with_extra_headers,
 )
-from actorloop.runtime.providers.retry import (
+from .retry import (
     RetryPolicy,
     parse_retry_after,
     status_error,
 )
-from actorloop.runtime.request import Request
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"

@@ -8,8 +8,8 @@ from typing import Protocol, runtime_checkable
 
 from attrs import frozen
 
-from actorloop.runtime.chunks import StreamChunk
-from actorloop.runtime.request import Request
+from ..log.request import Request
+from ..model.chunks import StreamChunk
 
 
 @frozen

@@ -15,16 +15,16 @@ import orjson
 import trio
 from attrs import frozen
 
-from actorloop.codecs.converter import ordered_fragment
-from actorloop.codecs.jsonvalue import canonical_json
-from actorloop.runtime.errors import ErrorCode, ProviderError, TransientProviderError
-from actorloop.runtime.header import LlmCallConfig, ToolSchema
-from actorloop.runtime.providers.base import ModelInfo
-from actorloop.runtime.providers.retry import (
+from ...codecs.converter import ordered_fragment
+from ...codecs.jsonvalue import canonical_json
+from ..errors import ErrorCode, ProviderError, TransientProviderError
+from ..log.request import Request
+from ..model.header import LlmCallConfig, ToolSchema
+from .base import ModelInfo
+from .retry import (
     RetryPolicy,
 )
-from actorloop.runtime.providers.sse import SseDecoder, SseEvent
-from actorloop.runtime.request import Request
+from .sse import SseDecoder, SseEvent
 
 log = logging.getLogger("actorloop.providers")
 

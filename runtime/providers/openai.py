@@ -18,8 +18,10 @@ from typing import Any, ClassVar
 import httpx
 import trio
 
-from actorloop.codecs.converter import ordered_fragment
-from actorloop.runtime.chunks import (
+from ...codecs.converter import ordered_fragment
+from ..errors import ErrorCode, ProviderError
+from ..log.request import Request
+from ..model.chunks import (
     BlockEnd,
     BlockKind,
     BlockStart,
@@ -32,10 +34,9 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ErrorCode, ProviderError
-from actorloop.runtime.header import LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
-from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
-from actorloop.runtime.providers.http import (
+from ..model.header import LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
+from ..model.messages import Message, Reasoning, Text, ToolCall, ToolResult
+from .http import (
     DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
@@ -46,12 +47,11 @@ from actorloop.runtime.providers.http import (
     tool_parameters,
     with_extra_headers,
 )
-from actorloop.runtime.providers.retry import (
+from .retry import (
     RetryPolicy,
     parse_retry_after,
     status_error,
 )
-from actorloop.runtime.request import Request
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # DeepSeek documents this base for OpenAI-compatible clients ("/v1" also works there).

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from actorloop.runtime.errors import ProviderSpecError
-from actorloop.runtime.providers.anthropic import AnthropicProvider
-from actorloop.runtime.providers.base import Provider
-from actorloop.runtime.providers.openai import DeepSeekProvider, OpenAIChatProvider
-from actorloop.runtime.providers.responses import OpenAIResponsesProvider
-from actorloop.runtime.providers.sim import SimProvider
+from ..errors import ProviderSpecError
+from .anthropic import AnthropicProvider
+from .base import Provider
+from .openai import DeepSeekProvider, OpenAIChatProvider
+from .responses import OpenAIResponsesProvider
+from .sim import SimProvider
 
 SPEC_FORMS = (
     "sim, sim:anthropic, sim:openai, openai:MODEL, openai-responses:MODEL, anthropic:MODEL "

@@ -16,8 +16,10 @@ from typing import Any, ClassVar
 import httpx
 import trio
 
-from actorloop.codecs.converter import ordered_fragment
-from actorloop.runtime.chunks import (
+from ...codecs.converter import ordered_fragment
+from ..errors import ErrorCode, ProviderError
+from ..log.request import Request
+from ..model.chunks import (
     BlockEnd,
     BlockKind,
     BlockStart,
@@ -30,10 +32,9 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ErrorCode, ProviderError
-from actorloop.runtime.header import LlmCallConfig, ResponseFormat, ToolChoice
-from actorloop.runtime.messages import Message, Reasoning, Text, ToolCall, ToolResult
-from actorloop.runtime.providers.http import (
+from ..model.header import LlmCallConfig, ResponseFormat, ToolChoice
+from ..model.messages import Message, Reasoning, Text, ToolCall, ToolResult
+from .http import (
     DEFAULT_TIMEOUT,
     HttpSseProvider,
     forced_tool,
@@ -42,7 +43,7 @@ from actorloop.runtime.providers.http import (
     merge_extra_body,
     tool_parameters,
 )
-from actorloop.runtime.providers.openai import (
+from .openai import (
     OPENAI_BASE_URL,
     count,
     is_context_overflow,
@@ -51,8 +52,7 @@ from actorloop.runtime.providers.openai import (
     prompt_cache_key,
     refused,
 )
-from actorloop.runtime.providers.retry import RetryPolicy
-from actorloop.runtime.request import Request
+from .retry import RetryPolicy
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 _SUMMARY_JOINER = "\n\n"

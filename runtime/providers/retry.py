@@ -19,7 +19,7 @@ from attrs import field, frozen
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
-from actorloop.runtime.errors import ErrorCode, ProviderError, TransientProviderError
+from ..errors import ErrorCode, ProviderError, TransientProviderError
 
 log = logging.getLogger("actorloop.providers")
 

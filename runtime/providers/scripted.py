@@ -8,7 +8,9 @@ from typing import Any, TypeAlias
 
 import trio
 
-from actorloop.runtime.chunks import (
+from ..errors import ScriptExhausted
+from ..log.request import Request
+from ..model.chunks import (
     BlockEnd,
     BlockStart,
     Finish,
@@ -18,9 +20,7 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ScriptExhausted
-from actorloop.runtime.providers.base import ModelInfo
-from actorloop.runtime.request import Request
+from .base import ModelInfo
 
 
 class _Hang:

@@ -31,8 +31,10 @@ from typing import Any, Literal, TypeAlias
 import trio
 from attrs import frozen
 
-from actorloop.codecs.jsonvalue import canonical_json
-from actorloop.runtime.chunks import (
+from ...codecs.jsonvalue import canonical_json
+from ..errors import ErrorCode, ProviderError
+from ..log.request import Request
+from ..model.chunks import (
     BlockEnd,
     BlockStart,
     Finish,
@@ -42,12 +44,10 @@ from actorloop.runtime.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from actorloop.runtime.errors import ErrorCode, ProviderError
-from actorloop.runtime.messages import ToolResult
-from actorloop.runtime.providers.anthropic import anthropic_body
-from actorloop.runtime.providers.base import ModelInfo
-from actorloop.runtime.providers.openai import openai_body
-from actorloop.runtime.request import Request
+from ..model.messages import ToolResult
+from .anthropic import anthropic_body
+from .base import ModelInfo
+from .openai import openai_body
 
 SimMode: TypeAlias = Literal["anthropic", "openai"]
 ToolPolicy: TypeAlias = Callable[[Request], Sequence[tuple[str, Mapping[str, Any]]]]

@@ -19,15 +19,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from actorloop.codecs.converter import encode_event, unstructure
-from actorloop.runtime.errors import ErrorCode, InvalidRequestBody, sole_error
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.rebuild import RebuiltRequest
-from actorloop.runtime.service.auth import BearerAuth
-from actorloop.runtime.service.errors import error_response, response_for
-from actorloop.runtime.service.inspector.routes import inspector_routes
-from actorloop.runtime.service.openapi import openapi_document
-from actorloop.runtime.service.schemas import (
+from ...codecs.converter import encode_event, unstructure
+from ..errors import ErrorCode, InvalidRequestBody, sole_error
+from ..log.rebuild import RebuiltRequest
+from ..model.events import SessionEvent
+from .auth import BearerAuth
+from .errors import error_response, response_for
+from .inspector.routes import inspector_routes
+from .openapi import openapi_document
+from .schemas import (
     Cancel,
     CreateSession,
     Digests,
@@ -40,8 +40,8 @@ from actorloop.runtime.service.schemas import (
     parse_body,
     to_json,
 )
-from actorloop.runtime.service.service import SessionService
-from actorloop.runtime.service.stream import produce_events
+from .service import SessionService
+from .stream import produce_events
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 MAX_SEQ = 9_007_199_254_740_991

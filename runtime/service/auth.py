@@ -10,8 +10,8 @@ import ipaddress
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from actorloop.runtime.errors import ErrorCode, ServeConfigError
-from actorloop.runtime.service.errors import error_response
+from ..errors import ErrorCode, ServeConfigError
+from .errors import error_response
 
 TOKEN_ENV = "ACTORLOOP_API_TOKEN"
 PROTECTED_PREFIX = "/v1"

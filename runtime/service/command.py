@@ -86,15 +86,15 @@ def serve(
     (needed to bind a non-loopback host). See docs/serve.md.
     """
     try:
-        from actorloop.runtime.service.server import ServeSettings, serve_until_signalled
+        from .server import ServeSettings, serve_until_signalled
     except ImportError as exc:
         raise click.ClickException(
             f"`actorloop serve` needs the serve extra (pip install 'actorloop[serve]'): {exc}"
         ) from exc
-    from actorloop.runtime.cli import check_location, fail, provider_for, run_async
-    from actorloop.runtime.errors import ActorloopError, sole_error
-    from actorloop.runtime.service.auth import TOKEN_ENV, check_bind
-    from actorloop.runtime.service.profiles import (
+    from ..cli.commands import check_location, fail, provider_for, run_async
+    from ..errors import ActorloopError, sole_error
+    from .auth import TOKEN_ENV, check_bind
+    from .profiles import (
         AppConfig,
         add_default_profile,
         add_toml_profiles,

@@ -10,7 +10,7 @@ import orjson
 from attrs import frozen
 from starlette.responses import Response
 
-from actorloop.runtime.errors import (
+from ..errors import (
     ActorloopError,
     AgentBusy,
     AgentClosed,

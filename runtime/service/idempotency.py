@@ -16,9 +16,9 @@ from typing import Generic, TypeVar
 
 import trio
 
-from actorloop.codecs.converter import canonical_bytes
-from actorloop.runtime.errors import IdempotencyKeyReused
-from actorloop.runtime.messages import Content
+from ...codecs.converter import canonical_bytes
+from ..errors import IdempotencyKeyReused
+from ..model.messages import Content
 
 DEFAULT_TTL_S = 24 * 3600.0
 DEFAULT_CAPACITY = 100_000

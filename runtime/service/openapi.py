@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from actorloop.runtime.service import schemas as s
+from . import schemas as s
 
 JsonObject = dict[str, Any]
 

@@ -15,13 +15,13 @@ import cattrs
 from attrs import evolve, field, frozen
 from cattrs.v import format_exception
 
-from actorloop.runtime.errors import ServeConfigError, UnknownProfile
-from actorloop.runtime.hooks import Listener
-from actorloop.runtime.options import AgentOptions, Tool
-from actorloop.runtime.providers.base import Provider
+from ..control.hooks import Listener
+from ..control.options import AgentOptions, Tool
+from ..errors import ServeConfigError, UnknownProfile
+from ..providers.base import Provider
 
 if TYPE_CHECKING:
-    from actorloop.runtime.runtime import Runtime
+    from ..host.runtime import Runtime
 
 OptionsFactory: TypeAlias = Callable[["Runtime"], AgentOptions]
 """Options that need the runtime (a subagent tool does), built once when the service starts."""
@@ -162,7 +162,7 @@ def add_default_profile(app_config: AppConfig) -> Profile:
     """The profile used without `--app`: the configured provider (the simulator unless
     `--provider` names another) and the demo `lookup` tool (`call:lookup ...` in a message
     makes the simulator call it)."""
-    from actorloop.runtime.orchestration import LOOKUP
+    from ..cli.orchestration import LOOKUP
 
     return app_config.add_profile(
         DEFAULT_PROFILE,
@@ -283,8 +283,8 @@ def add_toml_profiles(path: Path, app_config: AppConfig) -> tuple[Profile, ...]:
 
 def _toml_options(spec: ProfileTable) -> OptionsFactory:
     def build(runtime: Runtime) -> AgentOptions:
-        from actorloop.runtime.orchestration import LOOKUP
-        from actorloop.runtime.subagents import subagent_tool
+        from ..cli.orchestration import LOOKUP
+        from ..host.subagents import subagent_tool
 
         options = AgentOptions(
             model=spec.model,
@@ -310,8 +310,8 @@ def _toml_listeners(
 ) -> tuple[tuple[str, Listener], ...]:
     if not spec.skills:
         return ()
-    from actorloop.runtime.orchestration import skill_catalogue
-    from actorloop.runtime.workload import Skill
+    from ..cli.orchestration import skill_catalogue
+    from ..cli.workload import Skill
 
     return (
         ("agent/session-prefix", skill_catalogue([Skill(s.name, s.description) for s in skills])),

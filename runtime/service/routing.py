@@ -21,12 +21,12 @@ import orjson
 import trio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from actorloop.runtime.errors import ActorloopError, InvalidSessionId, OwnerLost, sole_error
-from actorloop.runtime.service.errors import response_for
-from actorloop.runtime.service.service import SessionService
-from actorloop.runtime.stores.ids import check_session_id
-from actorloop.runtime.stores.postgres.inbox import Handed, Inbox, Listener, RowState
-from actorloop.runtime.stores.postgres.store import PostgresStore
+from ..errors import ActorloopError, InvalidSessionId, OwnerLost, sole_error
+from ..stores.ids import check_session_id
+from ..stores.postgres.inbox import Handed, Inbox, Listener, RowState
+from ..stores.postgres.store import PostgresStore
+from .errors import response_for
+from .service import SessionService
 
 log = logging.getLogger("actorloop.service")
 

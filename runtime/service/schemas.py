@@ -13,8 +13,8 @@ from attrs import field, frozen
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from actorloop.runtime.errors import ErrorCode, InvalidRequestBody
-from actorloop.runtime.messages import Content, Text
+from ..errors import ErrorCode, InvalidRequestBody
+from ..model.messages import Content, Text
 
 T = TypeVar("T")
 JsonObject: TypeAlias = dict[str, Any]

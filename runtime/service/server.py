@@ -17,16 +17,16 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.routing import BaseRoute
 
-from actorloop.runtime.runtime import Runtime
-from actorloop.runtime.service.app import DEFAULT_MAX_BODY_BYTES, create_app
-from actorloop.runtime.service.auth import check_bind
-from actorloop.runtime.service.idempotency import DEFAULT_TTL_S, IdempotencyKeys
-from actorloop.runtime.service.profiles import AppConfig
-from actorloop.runtime.service.schemas import TurnOutcome
-from actorloop.runtime.service.service import SessionService
+from ..host.runtime import Runtime
+from .app import DEFAULT_MAX_BODY_BYTES, create_app
+from .auth import check_bind
+from .idempotency import DEFAULT_TTL_S, IdempotencyKeys
+from .profiles import AppConfig
+from .schemas import TurnOutcome
+from .service import SessionService
 
 if TYPE_CHECKING:
-    from actorloop.runtime.service.routing import Router
+    from .routing import Router
 
 log = logging.getLogger("actorloop.serve")
 
@@ -157,7 +157,7 @@ async def start_routing(service: SessionService, nursery: trio.Nursery) -> Route
     store = service.runtime.store
     if module is None or not isinstance(store, module.PostgresStore):
         return None
-    from actorloop.runtime.service.routing import Router
+    from .routing import Router
 
     router = Router(service, store)
     await nursery.start(router.run)

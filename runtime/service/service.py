@@ -12,10 +12,10 @@ from typing import Any
 import trio
 from attrs import evolve
 
-from actorloop.codecs.converter import unstructure
-from actorloop.runtime.agent import Agent
-from actorloop.runtime.chunks import TokenUsage
-from actorloop.runtime.errors import (
+from ...codecs.converter import unstructure
+from ..control.handle import Agent
+from ..control.options import AgentOptions
+from ..errors import (
     AgentBusy,
     InvalidRequestBody,
     SessionBusy,
@@ -24,18 +24,23 @@ from actorloop.runtime.errors import (
     UnknownProfile,
     VerificationFailed,
 )
-from actorloop.runtime.events import AssistantMessage, SessionEvent, StepStart, TurnEnd, TurnStart
-from actorloop.runtime.messages import Content
-from actorloop.runtime.meta import DamagedSession
-from actorloop.runtime.options import AgentOptions
-from actorloop.runtime.rebuild import RebuiltRequest, check_digest, rebuild_request
-from actorloop.runtime.runtime import Runtime
-from actorloop.runtime.seams import TurnResult
-from actorloop.runtime.service.drain import Drain
-from actorloop.runtime.service.idempotency import IdempotencyKeys, KeyEntry
-from actorloop.runtime.service.profiles import PROFILE_LABEL, ProfileRegistry
-from actorloop.runtime.service.runs import Ticket, TurnLine
-from actorloop.runtime.service.schemas import (
+from ..host.runtime import Runtime
+from ..log.load import load_session
+from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
+from ..log.session import Session
+from ..log.usage import session_usage, usage_of
+from ..log.verify import verify_log
+from ..model.chunks import TokenUsage
+from ..model.events import AssistantMessage, SessionEvent, StepStart, TurnEnd, TurnStart
+from ..model.hook_values import TurnResult
+from ..model.messages import Content
+from ..model.meta import DamagedSession
+from ..stores.ids import check_session_id
+from .drain import Drain
+from .idempotency import IdempotencyKeys, KeyEntry
+from .profiles import PROFILE_LABEL, ProfileRegistry
+from .runs import Ticket, TurnLine
+from .schemas import (
     Cancel,
     CancelOutcome,
     CreateSession,
@@ -59,11 +64,6 @@ from actorloop.runtime.service.schemas import (
     UsageReport,
     VerifyOutcome,
 )
-from actorloop.runtime.session import Session
-from actorloop.runtime.stored import load_session
-from actorloop.runtime.stores.ids import check_session_id
-from actorloop.runtime.usage import session_usage, usage_of
-from actorloop.runtime.verify import verify_log
 
 log = logging.getLogger("actorloop.service")
 

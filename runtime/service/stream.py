@@ -9,10 +9,10 @@ from contextlib import aclosing
 
 import trio
 
-from actorloop.runtime.errors import ActorloopError
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.service.service import SessionService
-from actorloop.runtime.stored import load_session
+from ..errors import ActorloopError
+from ..log.load import load_session
+from ..model.events import SessionEvent
+from .service import SessionService
 
 log = logging.getLogger("actorloop.service")
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actorloop.runtime.lazy import lazy_exports
+from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from actorloop.runtime.stores.base import Lease, Store, open_store
-    from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH, check_session_id
-    from actorloop.runtime.stores.jsonl import JsonlStore
-    from actorloop.runtime.stores.memory import MemoryStore
-    from actorloop.runtime.stores.sqlite import SqliteStore
+    from .base import Lease, Store, open_store
+    from .ids import MAX_SESSION_ID_LENGTH, check_session_id
+    from .jsonl import JsonlStore
+    from .memory import MemoryStore
+    from .sqlite import SqliteStore
 
 __getattr__, __dir__ = lazy_exports(
     globals(),

@@ -10,8 +10,8 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 from attrs import frozen
 
-from actorloop.codecs.rows import event_from_row, take_checked_rows
-from actorloop.runtime.errors import (
+from ...codecs.rows import event_from_row, take_checked_rows
+from ..errors import (
     GroupCommitError,
     InvalidSessionId,
     SessionBusy,
@@ -21,12 +21,12 @@ from actorloop.runtime.errors import (
     StoreError,
     StoreUrlError,
 )
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.meta import DamagedSession
-from actorloop.runtime.repair import closers
-from actorloop.runtime.session import Session, SessionMeta
-from actorloop.runtime.stores.ids import check_session_id
-from actorloop.runtime.stores.leases import Lease, LeaseTable, busy_error
+from ..log.repair import closers
+from ..log.session import Session, SessionMeta
+from ..model.events import SessionEvent
+from ..model.meta import DamagedSession
+from .ids import check_session_id
+from .leases import Lease, LeaseTable, busy_error
 
 Synchronous: TypeAlias = Literal["NORMAL", "FULL"]
 Batch: TypeAlias = Sequence[tuple[str, Sequence[SessionEvent]]]
@@ -297,9 +297,9 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
 
     A `synchronous` given in the URL wins over the keyword.
     """
-    from actorloop.runtime.stores.jsonl import JsonlStore
-    from actorloop.runtime.stores.memory import MemoryStore
-    from actorloop.runtime.stores.sqlite import SqliteStore
+    from .jsonl import JsonlStore
+    from .memory import MemoryStore
+    from .sqlite import SqliteStore
 
     if not isinstance(url, str):
         raise StoreUrlError(f"store URL must be a str, got {type(url).__name__}")
@@ -323,7 +323,7 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
         return JsonlStore(rest)
     if scheme in ("postgresql", "postgres") and rest.startswith("//"):
         try:
-            from actorloop.runtime.stores.postgres.store import PostgresStore
+            from .postgres.store import PostgresStore
         except ImportError as exc:
             raise StoreUrlError(
                 f"store URL {url.partition('?')[0]!r:.80}: the PostgreSQL store needs the "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from actorloop.runtime.errors import InvalidSessionId
+from ..errors import InvalidSessionId
 
 MAX_SESSION_ID_LENGTH = 128
 _ALLOWED = re.compile(r"[A-Za-z0-9._-]+")

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from actorloop.codecs.jsonl import (
+from ...codecs.jsonl import (
     FIRST_EVENT_LINE,
     AckHead,
     LogBuffer,
@@ -35,8 +35,8 @@ from actorloop.codecs.jsonl import (
     read_meta,
     scan_log,
 )
-from actorloop.codecs.rows import check_version
-from actorloop.runtime.errors import (
+from ...codecs.rows import check_version
+from ..errors import (
     ErrorCode,
     GroupCommitError,
     InvalidSessionId,
@@ -48,10 +48,10 @@ from actorloop.runtime.errors import (
     SessionNotFound,
     StoreError,
 )
-from actorloop.runtime.events import SessionEvent, TurnEnd
-from actorloop.runtime.meta import DamagedSession
-from actorloop.runtime.session import SessionMeta
-from actorloop.runtime.stores.base import (
+from ..log.session import SessionMeta
+from ..model.events import SessionEvent, TurnEnd
+from ..model.meta import DamagedSession
+from .base import (
     Batch,
     Failures,
     Listing,
@@ -65,9 +65,9 @@ from actorloop.runtime.stores.base import (
     validate_stored,
     write_rights,
 )
-from actorloop.runtime.stores.ids import check_session_id
-from actorloop.runtime.stores.leases import FlockFiles, Lease, LeaseTable, busy_error
-from actorloop.runtime.stores.writer import WriterThread
+from .ids import check_session_id
+from .leases import FlockFiles, Lease, LeaseTable, busy_error
+from .writer import WriterThread
 
 log = logging.getLogger("actorloop.stores.jsonl")
 

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from actorloop.runtime.errors import SessionBusy, StoreError
+from ..errors import SessionBusy, StoreError
 
 OFD_LOCKS = hasattr(fcntl, "F_OFD_SETLK")
 """Whether this platform has OFD locks (Linux >= 3.15); elsewhere SQLite falls back to lock

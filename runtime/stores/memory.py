@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import trio
 
-from actorloop.codecs.rows import check_version
-from actorloop.runtime.errors import (
+from ...codecs.rows import check_version
+from ..errors import (
     ErrorCode,
     GroupCommitError,
     SessionExists,
@@ -16,9 +16,9 @@ from actorloop.runtime.errors import (
     SessionNotFound,
     StoreError,
 )
-from actorloop.runtime.events import SessionEvent, TurnEnd
-from actorloop.runtime.session import SessionMeta
-from actorloop.runtime.stores.base import (
+from ..log.session import SessionMeta
+from ..model.events import SessionEvent, TurnEnd
+from .base import (
     Batch,
     Failures,
     Lease,
@@ -32,7 +32,7 @@ from actorloop.runtime.stores.base import (
     sole_failure,
     validate_stored,
 )
-from actorloop.runtime.stores.ids import check_session_id
+from .ids import check_session_id
 
 
 class _Record:

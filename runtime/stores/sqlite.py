@@ -39,8 +39,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from actorloop.codecs.jsonvalue import FrozenDict
-from actorloop.codecs.rows import (
+from ...codecs.jsonvalue import FrozenDict
+from ...codecs.rows import (
     READ_COLUMNS,
     EventRow,
     event_crc,
@@ -50,7 +50,7 @@ from actorloop.codecs.rows import (
     meta_from_row,
     session_row,
 )
-from actorloop.runtime.errors import (
+from ..errors import (
     ErrorCode,
     GroupCommitError,
     SessionCorruptError,
@@ -63,10 +63,10 @@ from actorloop.runtime.errors import (
     StoreError,
     StoreUrlError,
 )
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.meta import FORMAT_VERSION, DamagedSession
-from actorloop.runtime.session import SessionMeta
-from actorloop.runtime.stores.base import (
+from ..log.session import SessionMeta
+from ..model.events import SessionEvent
+from ..model.meta import FORMAT_VERSION, DamagedSession
+from .base import (
     Batch,
     Failures,
     Listing,
@@ -82,8 +82,8 @@ from actorloop.runtime.stores.base import (
     validate_stored,
     write_rights,
 )
-from actorloop.runtime.stores.ids import check_session_id
-from actorloop.runtime.stores.leases import (
+from .ids import check_session_id
+from .leases import (
     OFD_LOCKS,
     FileIdentity,
     FlockFiles,
@@ -92,7 +92,7 @@ from actorloop.runtime.stores.leases import (
     Locker,
     RangeLocks,
 )
-from actorloop.runtime.stores.writer import WriterThread
+from .writer import WriterThread
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import trio
 
-from actorloop.runtime.errors import StoreError
+from ..errors import StoreError
 
 T = TypeVar("T")
 

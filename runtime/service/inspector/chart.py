@@ -9,7 +9,7 @@ from typing import Literal, TypeAlias
 
 from attrs import frozen
 
-from actorloop.runtime.cache_health import RequestCache
+from ...log.cache_health import RequestCache
 
 SegmentKind: TypeAlias = Literal["cache-read", "cache-write", "input"]
 

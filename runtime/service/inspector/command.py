@@ -29,14 +29,14 @@ def inspect(store_url: str, port: int) -> None:
     through its API show up live. See docs/inspector.md.
     """
     try:
-        from actorloop.runtime.service.server import ServeSettings, serve_until_signalled
+        from ..server import ServeSettings, serve_until_signalled
     except ImportError as exc:
         raise click.ClickException(
             f"`actorloop inspect` needs the serve extra (pip install 'actorloop[serve]'): {exc}"
         ) from exc
-    from actorloop.runtime.cli import check_location, fail, provider_for, run_async
-    from actorloop.runtime.errors import sole_error
-    from actorloop.runtime.service.profiles import AppConfig, add_default_profile
+    from ...cli.commands import check_location, fail, provider_for, run_async
+    from ...errors import sole_error
+    from ..profiles import AppConfig, add_default_profile
 
     check_location(store_url, must_exist=True)
     settings = ServeSettings(host="127.0.0.1", port=port, store=store_url, token=None)

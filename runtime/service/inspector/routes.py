@@ -17,17 +17,17 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from actorloop.runtime.errors import ErrorCode, InvalidRequestBody
-from actorloop.runtime.render import now_ms
-from actorloop.runtime.service.errors import HttpError, http_error
-from actorloop.runtime.service.inspector import views
-from actorloop.runtime.service.inspector.templating import (
+from ...cli.render import now_ms
+from ...errors import ErrorCode, InvalidRequestBody
+from ...stores.ids import check_session_id
+from ..errors import HttpError, http_error
+from ..service import SessionService
+from . import views
+from .templating import (
     Asset,
     compiled_templates,
     packaged_assets,
 )
-from actorloop.runtime.service.service import SessionService
-from actorloop.runtime.stores.ids import check_session_id
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (

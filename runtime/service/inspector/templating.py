@@ -11,10 +11,8 @@ import orjson
 from attrs import frozen
 from jinja2 import Environment, PackageLoader, StrictUndefined, Template, select_autoescape
 
-from actorloop.codecs.converter import encode_event, unstructure
-from actorloop.runtime.events import DATA_BY_TYPE, SessionEvent
-from actorloop.runtime.messages import Block, Reasoning, Text, ToolCall
-from actorloop.runtime.render import (
+from ....codecs.converter import encode_event, unstructure
+from ...cli.render import (
     ago,
     arguments_text,
     duration,
@@ -24,6 +22,8 @@ from actorloop.runtime.render import (
     timestamp,
     tokens,
 )
+from ...model.events import DATA_BY_TYPE, SessionEvent
+from ...model.messages import Block, Reasoning, Text, ToolCall
 
 PACKAGE = "actorloop.runtime.service.inspector"
 TEMPLATES = (

@@ -10,9 +10,10 @@ from typing import Literal, TypeAlias
 
 from attrs import define, field, frozen
 
-from actorloop.runtime.chunks import Finish, TokenUsage
-from actorloop.runtime.errors import ErrorCode
-from actorloop.runtime.events import (
+from ...cli.render import arguments_text, reason_text, trigger_text
+from ...errors import ErrorCode
+from ...model.chunks import Finish, TokenUsage
+from ...model.events import (
     AssistantChunk,
     AssistantMessage,
     CompactionEnd,
@@ -34,10 +35,9 @@ from actorloop.runtime.events import (
     TurnStart,
     UserMessage,
 )
-from actorloop.runtime.header import HeaderDelta
-from actorloop.runtime.messages import Content, Reasoning, Source, Text, ToolCall
-from actorloop.runtime.meta import SessionMeta
-from actorloop.runtime.render import arguments_text, reason_text, trigger_text
+from ...model.header import HeaderDelta
+from ...model.messages import Content, Reasoning, Source, Text, ToolCall
+from ...model.meta import SessionMeta
 
 MarkKind: TypeAlias = Literal["cancelled", "repaired", "error", "warning", "compacted"]
 NoteKind: TypeAlias = Literal[

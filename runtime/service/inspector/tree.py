@@ -9,9 +9,9 @@ from typing import Any
 
 from attrs import frozen
 
-from actorloop.runtime.meta import SessionMeta
-from actorloop.runtime.render import shorten_ids
-from actorloop.runtime.summary import SessionKind
+from ...cli.render import shorten_ids
+from ...log.summary import SessionKind
+from ...model.meta import SessionMeta
 
 NODE_WIDTH = 216
 NODE_HEIGHT = 48

@@ -9,18 +9,18 @@ from collections.abc import Sequence
 
 from attrs import evolve, frozen
 
-from actorloop.runtime.cache_health import RequestCache, cache_health
-from actorloop.runtime.errors import ActorloopError, SessionNotFound
-from actorloop.runtime.events import AssistantMessage, SessionEvent
-from actorloop.runtime.header import EpochHeader
-from actorloop.runtime.meta import DamagedSession, SessionMeta
-from actorloop.runtime.rebuild import RebuiltRequest, rebuild_request
-from actorloop.runtime.service.inspector.chart import CacheChart, cache_chart
-from actorloop.runtime.service.inspector.timeline import Timeline, build_timeline
-from actorloop.runtime.service.inspector.tree import FamilyTree, Lineage, family_tree, lineage_of
-from actorloop.runtime.service.service import SessionService
-from actorloop.runtime.session import Session
-from actorloop.runtime.summary import SessionSummary, summarize
+from ...errors import ActorloopError, SessionNotFound
+from ...log.cache_health import RequestCache, cache_health
+from ...log.rebuild import RebuiltRequest, rebuild_request
+from ...log.session import Session
+from ...log.summary import SessionSummary, summarize
+from ...model.events import AssistantMessage, SessionEvent
+from ...model.header import EpochHeader
+from ...model.meta import DamagedSession, SessionMeta
+from ..service import SessionService
+from .chart import CacheChart, cache_chart
+from .timeline import Timeline, build_timeline
+from .tree import FamilyTree, Lineage, family_tree, lineage_of
 
 
 @frozen

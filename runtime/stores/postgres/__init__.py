@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actorloop.runtime.lazy import lazy_exports
+from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from actorloop.runtime.stores.postgres.store import Owner, PostgresStore
+    from .store import Owner, PostgresStore
 
 __getattr__, __dir__ = lazy_exports(
     globals(),

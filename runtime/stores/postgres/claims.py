@@ -16,8 +16,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from actorloop.runtime.errors import SessionFenced
-from actorloop.runtime.stores.leases import Lease, LeaseTable
+from ...errors import SessionFenced
+from ..leases import Lease, LeaseTable
 
 CLAIMABLE = "(owner_node IS NULL OR owner_node = %(node)s OR lease_expires <= now())"
 """The claim rule, as SQL over a sessions row: unowned, this node's own, or expired."""

@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from attrs import frozen
 
-from actorloop.runtime.errors import StoreUrlError
+from ...errors import StoreUrlError
 
 SCHEMES = ("postgresql", "postgres")
 DEFAULT_LEASE_S = 15.0

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import psycopg
 from attrs import frozen
 
-from actorloop.runtime.stores.postgres.store import PostgresStore
+from .store import PostgresStore
 
 log = logging.getLogger("actorloop.stores.postgres")
 

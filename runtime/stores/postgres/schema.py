@@ -16,7 +16,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import errors as pg_errors
 
-from actorloop.runtime.errors import SessionFormatUnsupported
+from ...errors import SessionFormatUnsupported
 
 SCHEMA_VERSION = 1
 NAMESPACE = "actorloop"

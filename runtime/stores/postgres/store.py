@@ -30,7 +30,7 @@ import trio
 from attrs import frozen
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from actorloop.codecs.rows import (
+from ....codecs.rows import (
     READ_COLUMNS,
     EventRow,
     event_rows,
@@ -38,7 +38,7 @@ from actorloop.codecs.rows import (
     meta_from_row,
     session_row,
 )
-from actorloop.runtime.errors import (
+from ...errors import (
     ActorloopError,
     ErrorCode,
     GroupCommitError,
@@ -54,10 +54,10 @@ from actorloop.runtime.errors import (
     StoreError,
     StoreUnavailable,
 )
-from actorloop.runtime.events import SessionEvent
-from actorloop.runtime.meta import DamagedSession
-from actorloop.runtime.session import SessionMeta
-from actorloop.runtime.stores.base import (
+from ...log.session import SessionMeta
+from ...model.events import SessionEvent
+from ...model.meta import DamagedSession
+from ..base import (
     Batch,
     Failures,
     Listing,
@@ -72,11 +72,11 @@ from actorloop.runtime.stores.base import (
     sole_failure,
     validate_stored,
 )
-from actorloop.runtime.stores.ids import check_session_id
-from actorloop.runtime.stores.leases import Lease, busy_error
-from actorloop.runtime.stores.postgres import schema
-from actorloop.runtime.stores.postgres.claims import Claim, Claims
-from actorloop.runtime.stores.postgres.config import PgSettings, parse_url
+from ..ids import check_session_id
+from ..leases import Lease, busy_error
+from . import schema
+from .claims import Claim, Claims
+from .config import PgSettings, parse_url
 
 T = TypeVar("T")
 log = logging.getLogger("actorloop.stores.postgres")

@@ -1,0 +1,111 @@
+"""Stored sessions outside any loop instance: load one (repaired) into a `Session` with the
+cyclic GC paused (what it allocated then handed to the oldest generation), and settle where
+a fork of a stored session starts (docs/spec/fork-resume.md §4)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+from attrs import frozen
+
+from ..errors import ErrorCode, SessionForkError, SessionNotFound
+from ..stores.base import Store
+from .session import Session, new_session_id
+
+
+class _GcPause:
+    """Pauses the cyclic collector while any load runs (loads may overlap, in threads too).
+
+    A load allocates hundreds of thousands of acyclic objects that all survive; collecting
+    while it runs only rescans them, generation after generation. The collector is restored
+    by the last load to finish, and only if it was enabled when the first began.
+
+    Restoring it would leave all those objects in the youngest generation, for the next
+    young collection to scan at once (a tenth of a second for 100,000 events) and then the
+    middle one: so, when nothing is frozen, the last load hands them to the oldest
+    generation without a scan (`gc.freeze()` then `gc.unfreeze()` moves every tracked
+    object there), where only full collections, as rare as ever, look at them. With objects
+    frozen (a `CollectorPolicy` freezing after starts, or the application) nothing is moved:
+    unfreezing would release what someone else froze.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._restore = False
+
+    @contextmanager
+    def during(self) -> Iterator[None]:
+        with self._lock:
+            if self._active == 0:
+                self._restore = gc.isenabled()
+                gc.disable()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                if self._active == 0 and self._restore:
+                    if gc.get_freeze_count() == 0:
+                        gc.freeze()
+                        gc.unfreeze()
+                    gc.enable()
+
+
+_gc_pause = _GcPause()
+
+
+def gc_paused() -> AbstractContextManager[None]:
+    """A context in which the cyclic GC is paused (nestable, thread-safe): wrap loads."""
+    return _gc_pause.during()
+
+
+async def load_session(store: Store, session_id: str, *, repair: bool = True) -> Session:
+    """Load a stored session for inspection; `repair=False` reads the durable part only
+    (nothing written, no lease needed, so a session live elsewhere can be looked at)."""
+    if not await store.exists(session_id):
+        raise SessionNotFound(session_id)
+    with gc_paused():
+        meta, events = await store.load(session_id, repair=repair)
+        return Session.from_loaded(session_id, events, meta)
+
+
+@frozen
+class ForkPoint:
+    """Where a fork of a stored session starts: the boundary seq and the child's id, and the
+    child already seeded in memory when finding the boundary needed the whole log."""
+
+    boundary: int
+    child_id: str
+    seeded: Session | None = None
+
+
+async def fork_point(
+    store: Store, session_id: str, boundary: int | None, child_id: str | None
+) -> ForkPoint:
+    """Check a fork of the stored `session_id` and settle its boundary and child id.
+
+    With an explicit boundary only the store's own check reads the log (the source may be
+    live in another process, mid-turn); the default boundary is the last event, which needs
+    the whole repaired log, and then seeds the child in memory so it is not read twice.
+    """
+    if not await store.exists(session_id):
+        raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f"session {session_id!r} not found")
+    if child_id == session_id:
+        raise SessionForkError(
+            ErrorCode.SESSION_ALREADY_EXISTS, f"child id {child_id!r} is the parent's"
+        )
+    if child_id is not None and await store.exists(child_id):
+        raise SessionForkError(ErrorCode.SESSION_ALREADY_EXISTS, f"session {child_id!r} exists")
+    seeded: Session | None = None
+    if boundary is None:
+        meta, events = await store.load(session_id)
+        seeded = Session.from_loaded(session_id, events, meta).fork(None, child_id)
+        assert seeded.meta.seed_length is not None
+        boundary, child_id = seeded.meta.seed_length - 1, seeded.id
+    child_id = new_session_id() if child_id is None else child_id
+    return ForkPoint(boundary, child_id, seeded)

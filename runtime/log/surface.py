@@ -1,0 +1,183 @@
+"""The surface fold and its incremental derivation into messages (docs/spec/session-log.md §5).
+
+Each surface node is projected once; appends extend the cache; a `Replace` rebuilds only
+positions at and after the replaced span.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from ...codecs.converter import canonical_bytes
+from ..errors import SessionValidationError
+from ..model.events import (
+    AssistantMessage,
+    ContextMessage,
+    Replace,
+    SessionEvent,
+    SteeringMessage,
+    ToolResultEvent,
+    UserMessage,
+)
+from ..model.messages import Message, ToolResult
+
+SessionEventLookup = Callable[[int], SessionEvent]
+
+
+def project(event: SessionEvent) -> Message | None:
+    """The message a surface node derives to (None: the node derives to nothing)."""
+    data = event.data
+    if isinstance(data, UserMessage):
+        return Message("user", data.content)
+    if isinstance(data, AssistantMessage):
+        return Message("assistant", data.content) if data.content else None
+    if isinstance(data, ToolResultEvent):
+        return Message("user", (ToolResult(data.call_id, data.content, data.is_error),))
+    if isinstance(data, (ContextMessage, SteeringMessage)):
+        return Message("user", data.content)
+    return None
+
+
+def chain_step(previous: bytes, message: Message) -> bytes:
+    """One link of the message hash chain used for request digests."""
+    return hashlib.sha256(previous + canonical_bytes(message)).digest()
+
+
+def chain_of(messages: tuple[Message, ...] | list[Message]) -> bytes:
+    link = b""
+    for message in messages:
+        link = chain_step(link, message)
+    return link
+
+
+class SurfaceFold:
+    """Node seqs in surface order with their projections and cumulative hash chain."""
+
+    __slots__ = (
+        "_chain",
+        "_derived",
+        "_messages",
+        "_messages_nodes",
+        "_nodes",
+        "_pos",
+        "generation",
+    )
+
+    def __init__(self) -> None:
+        self._nodes: list[int] = []
+        self._derived: list[Message | None] = []
+        self._pos: dict[int, int] = {}
+        self.generation = 0
+        # Cached derivation: the tuple for the first `_messages_nodes` nodes.
+        self._messages: tuple[Message, ...] = ()
+        self._messages_nodes = 0
+        # _chain[i] = hash chain over the first i+1 derived messages (lazily extended).
+        self._chain: list[bytes] = []
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def position(self, seq: int) -> int | None:
+        return self._pos.get(seq)
+
+    def check(self, event: SessionEvent, lookup: SessionEventLookup) -> None:
+        """Raise if `event`'s surface op cannot apply; changes nothing."""
+        op = event.surface_op
+        if not isinstance(op, Replace):
+            return
+        start, end = self._pos.get(op.start), self._pos.get(op.end)
+        if start is None or end is None:
+            missing = op.start if start is None else op.end
+            raise SessionValidationError(
+                event.seq, f"{event.type}: replace names seq {missing}, which is not a current node"
+            )
+        if start > end:
+            raise SessionValidationError(
+                event.seq, f"{event.type}: replace start {op.start} comes after end {op.end}"
+            )
+        shadowed = self._nodes[start : end + 1]
+        provenance = set(event.source_event_seqs or ())
+        missing_seqs = [seq for seq in shadowed if seq not in provenance]
+        if missing_seqs:
+            raise SessionValidationError(
+                event.seq,
+                f"{event.type}: provenance must include every shadowed seq, missing {missing_seqs}",
+            )
+        if isinstance(event.data, ToolResultEvent):
+            old = lookup(shadowed[0])
+            if len(shadowed) != 1 or not isinstance(old.data, ToolResultEvent):
+                raise SessionValidationError(
+                    event.seq, "tool/result replacement must rewrite exactly one tool/result node"
+                )
+            new = event.data
+            if (
+                old.data.turn,
+                old.data.step,
+                old.data.call_id,
+                old.data.is_error,
+                old.data.error,
+            ) != (
+                new.turn,
+                new.step,
+                new.call_id,
+                new.is_error,
+                new.error,
+            ):
+                raise SessionValidationError(
+                    event.seq, "tool/result replacement may change only content"
+                )
+
+    def apply(self, event: SessionEvent) -> None:
+        op = event.surface_op
+        message = project(event)
+        if isinstance(op, Replace):
+            start, end = self._pos[op.start], self._pos[op.end]
+            if start < self._messages_nodes:
+                # Keep the cached messages derived before `start`; count them from the
+                # nearer end of the cached range rather than always from position 0.
+                cached = self._messages_nodes
+                if start <= cached - start:
+                    kept = sum(1 for derived in self._derived[:start] if derived is not None)
+                else:
+                    dropped = sum(1 for d in self._derived[start:cached] if d is not None)
+                    kept = len(self._messages) - dropped
+                self._messages = self._messages[:kept]
+                self._messages_nodes = start
+                del self._chain[kept:]
+            shadowed = self._nodes[start : end + 1]
+            self._nodes[start : end + 1] = [event.seq]
+            self._derived[start : end + 1] = [message]
+            for seq in shadowed:
+                del self._pos[seq]
+            self._pos[event.seq] = start
+            if end > start:  # later nodes moved left: only their positions change
+                nodes = self._nodes
+                for index in range(start + 1, len(nodes)):
+                    self._pos[nodes[index]] = index
+            self.generation += 1
+        else:
+            self._pos[event.seq] = len(self._nodes)
+            self._nodes.append(event.seq)
+            self._derived.append(message)
+
+    def messages(self) -> tuple[Message, ...]:
+        if self._messages_nodes < len(self._nodes):
+            fresh = [m for m in self._derived[self._messages_nodes :] if m is not None]
+            if fresh:
+                self._messages = self._messages + tuple(fresh)
+            self._messages_nodes = len(self._nodes)
+        return self._messages
+
+    def history_chain(self) -> bytes:
+        """Hash chain over the current derivation; extends the cached links incrementally."""
+        messages = self.messages()
+        link = self._chain[-1] if self._chain else b""
+        for message in messages[len(self._chain) :]:
+            link = chain_step(link, message)
+            self._chain.append(link)
+        return link
