@@ -101,7 +101,8 @@ def _script(turns: int) -> list[list[StreamChunk]]:
 
 def build_log(turns: int) -> list[Any]:
     """The events actorloop's loop logs for `turns` tool-calling turns (header left out)."""
-    from actorloop.runtime import AgentOptions, Runtime, ScriptedProvider, Tool
+    from actorloop.runtime import AgentOptions, Runtime, Tool
+    from actorloop.runtime.testing import ScriptedProvider
 
     rng = random.Random(11)
 

@@ -168,8 +168,8 @@ def _resume(path: Path) -> dict[str, Any]:
     import orjson
     import trio
 
-    from actorloop.runtime import EchoProvider
     from actorloop.runtime.host.runtime import Runtime
+    from actorloop.runtime.testing import EchoProvider
 
     def floor() -> int:
         db = sqlite3.connect(path)

@@ -53,10 +53,11 @@ import orjson
 import trio
 
 from actorloop.codecs.converter import event_to_dict
-from actorloop.runtime import AgentOptions, EchoProvider, ScriptedProvider, Tool, reply, tool_call
+from actorloop.runtime import AgentOptions, Tool
 from actorloop.runtime.control.handle import Agent
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.stores.sqlite import EVENTS_TABLE
+from actorloop.runtime.testing import EchoProvider, ScriptedProvider, reply, tool_call
 from benchmarks.bench_runtime import loop_shaped_session, write_directly
 
 RESULTS = Path(__file__).resolve().parent / "results"

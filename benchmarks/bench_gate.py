@@ -24,11 +24,12 @@ from typing import Any
 
 import trio
 
-from actorloop.runtime import AgentOptions, ScriptedProvider, Session, TokenUsage, reply
+from actorloop.runtime import AgentOptions, Session, TokenUsage
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.tokens import TokenMeter, fixed_part_key, fixed_part_tokens
 from actorloop.runtime.model.header import ToolSchema
 from actorloop.runtime.model.messages import Message
+from actorloop.runtime.testing import ScriptedProvider, reply
 from benchmarks.bench_compaction import PREFIX, READ_FILE, SYSTEM
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -48,13 +48,14 @@ from typing import Any
 
 import trio
 
-from actorloop.runtime import Agent, AgentOptions, EchoProvider
+from actorloop.runtime import Agent, AgentOptions
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.invariants import check_request
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.session import Session
 from actorloop.runtime.model.chunks import StreamChunk
 from actorloop.runtime.providers.base import ModelInfo, opened_stream
+from actorloop.runtime.testing import EchoProvider
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OPTIONS = AgentOptions(model="bench-model", system="You are a benchmark.")

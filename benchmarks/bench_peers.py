@@ -128,14 +128,8 @@ class Peer:
 
 def _actorloop(store_of: Callable[[Path], str]) -> Callable[[int], Trial]:
     def run(turns: int) -> Trial:
-        from actorloop.runtime import (
-            AgentOptions,
-            Runtime,
-            ScriptedProvider,
-            Tool,
-            reply,
-            tool_call,
-        )
+        from actorloop.runtime import AgentOptions, Runtime, Tool
+        from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
 
         async def execute(args: dict[str, Any], ctx: Any) -> str:
             return echo_text(args["x"])

@@ -43,7 +43,7 @@ from typing import Any
 
 import trio
 
-from actorloop.runtime import AgentOptions, CollectorPolicy, EchoProvider
+from actorloop.runtime import AgentOptions, CollectorPolicy
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.session import Session, SessionMeta
 from actorloop.runtime.model.chunks import TextDelta, TokenUsage
@@ -63,6 +63,7 @@ from actorloop.runtime.model.events import (
 from actorloop.runtime.model.header import EpochHeader, LlmCallConfig
 from actorloop.runtime.model.messages import USER, Text
 from actorloop.runtime.stores import open_store
+from actorloop.runtime.testing import EchoProvider
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parent.parent

@@ -82,9 +82,10 @@ class GcCpu:
 
 async def measure(store: str, spawns: int, directory: Path, collector: str) -> dict[str, Any]:
     """`spawns` sequential spawns on `store` after a warm-up spawn, in this process."""
-    from actorloop.runtime import AgentOptions, EchoProvider
+    from actorloop.runtime import AgentOptions
     from actorloop.runtime.control.collector import CollectorPolicy
     from actorloop.runtime.host.runtime import Runtime
+    from actorloop.runtime.testing import EchoProvider
 
     options = AgentOptions(model="echo-model", system="You are a benchmark agent.")
     url = "memory:" if store == "memory" else f"sqlite:{directory / 'spawn.db'}"

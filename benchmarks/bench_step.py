@@ -46,7 +46,7 @@ import gc, json, statistics, sys, tempfile
 import trio
 sys.path.insert(0, {root!r})
 from benchmarks.bench_floor import OPTIONS, StepAgent
-from actorloop.runtime import ScriptedProvider
+from actorloop.runtime.testing import ScriptedProvider
 from actorloop.runtime.host.runtime import Runtime
 
 async def measure(store, warm, timed):

@@ -445,8 +445,9 @@ async def _floor_commits(path: Path, batches: list[tuple[SessionEvent, ...]]) ->
 async def measure_spawn(directory: Path) -> list[dict[str, Any]]:
     """CPU per sequential `Runtime.spawn` (a new session: lease, `store.create`, the loop
     actor started), on `memory:` and on `sqlite:` in one process."""
-    from actorloop.runtime import AgentOptions, EchoProvider
+    from actorloop.runtime import AgentOptions
     from actorloop.runtime.host.runtime import Runtime
+    from actorloop.runtime.testing import EchoProvider
 
     options = AgentOptions(model="echo-model", system="You are a benchmark agent.")
     rows = []

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import trio
 
-from actorloop.runtime import AgentOptions, EchoProvider, Runtime
+from actorloop.runtime import AgentOptions, Runtime
+from actorloop.runtime.testing import EchoProvider
 
 OPTIONS = AgentOptions(model="echo-model", system="You are a benchmark agent.")
 WARM_AGENTS = 50

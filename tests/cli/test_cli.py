@@ -560,7 +560,8 @@ def test_verify_counts_in_words(untouched: tuple[Path, str, dict[str, object]]) 
 
 LIVE_WRITER = """
 import sys, trio
-from actorloop.runtime import HANG, AgentOptions, Runtime, ScriptedProvider, reply
+from actorloop.runtime import AgentOptions, Runtime
+from actorloop.runtime.testing import HANG, ScriptedProvider, reply
 
 async def main():
     provider = ScriptedProvider([reply("first answer"), HANG])
@@ -642,8 +643,9 @@ def test_resume_keeps_the_stored_system_prompt_and_config(
 
 
 async def test_show_renders_deltas_steering_context_and_blocked_prompts(tmp_path: Path) -> None:
-    from actorloop.runtime import AgentOptions, Runtime, ScriptedProvider, Tool, reply, tool_call
+    from actorloop.runtime import AgentOptions, Runtime, Tool
     from actorloop.runtime.model.hook_values import Block, PromptSubmit
+    from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
 
     sections: list[str] = []
 

@@ -17,30 +17,27 @@ import pytest
 import trio
 
 from actorloop.runtime import (
-    HANG,
-    AgentClosed,
     AgentOptions,
-    EchoProvider,
-    HookError,
-    JsonValueError,
     ProviderError,
-    ProviderNotConfigured,
-    RuntimeClosed,
-    ScriptedProvider,
-    SessionBusy,
     SessionEvent,
     SessionForkError,
     StoreError,
-    StoreUrlError,
     Tool,
     TurnFailed,
-    UnknownHookError,
     aio,
-    reply,
-    tool_call,
 )
 from actorloop.runtime.control.collector import CollectorPolicy
-from actorloop.runtime.errors import ErrorCode
+from actorloop.runtime.errors import (
+    AgentClosed,
+    ErrorCode,
+    HookError,
+    JsonValueError,
+    ProviderNotConfigured,
+    RuntimeClosed,
+    SessionBusy,
+    StoreUrlError,
+    UnknownHookError,
+)
 from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.verify import verify_log
@@ -48,6 +45,7 @@ from actorloop.runtime.model.chunks import StreamChunk
 from actorloop.runtime.model.events import ToolResultEvent, TurnEnd, UserMessage
 from actorloop.runtime.model.hook_values import PreStep
 from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.testing import HANG, EchoProvider, ScriptedProvider, reply, tool_call
 
 T = TypeVar("T")
 OPTIONS = AgentOptions(model="m")

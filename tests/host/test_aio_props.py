@@ -17,18 +17,15 @@ from actorloop.runtime import (
     AgentOptions,
     ProviderError,
     Runtime,
-    ScriptedProvider,
     SessionEvent,
     Tool,
     TurnResult,
     aio,
-    max_tokens_reply,
-    reply,
-    tool_call,
 )
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.providers.scripted import ScriptEntry
+from actorloop.runtime.testing import ScriptedProvider, max_tokens_reply, reply, tool_call
 
 
 @frozen

@@ -10,14 +10,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from actorloop.runtime import (
-    AgentOptions,
-    CollectorPolicy,
-    CollectorPolicyError,
-    EchoProvider,
-    Runtime,
-)
+from actorloop.runtime import AgentOptions, CollectorPolicy, Runtime
 from actorloop.runtime.control.collector import MANY_AGENTS_THRESHOLDS
+from actorloop.runtime.errors import CollectorPolicyError
+from actorloop.runtime.testing import EchoProvider
 
 OPTIONS = AgentOptions(model="m")
 

@@ -19,19 +19,15 @@ import trio
 from helpers import open_runtime, types_of, wait_until
 
 from actorloop.runtime import (
-    HANG,
-    AgentClosed,
     AgentOptions,
-    EchoProvider,
     Message,
     Runtime,
-    ScriptedProvider,
     SessionEvent,
     SessionForkError,
     SessionNotFound,
     StoreError,
-    reply,
 )
+from actorloop.runtime.errors import AgentClosed
 from actorloop.runtime.host.runtime import RuntimeClosed
 from actorloop.runtime.log.invariants import check_request
 from actorloop.runtime.log.load import load_session
@@ -39,6 +35,7 @@ from actorloop.runtime.log.session import Session
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.events import RequestHeaderEvent, TurnEnd, TurnStart
 from actorloop.runtime.stores import open_store
+from actorloop.runtime.testing import HANG, EchoProvider, ScriptedProvider, reply
 
 OPTIONS = AgentOptions(model="m", system="You are terse.")
 STORES = ("sqlite", "jsonl")
@@ -579,7 +576,8 @@ async def test_no_agent_starts_once_shutdown_began(url: str) -> None:
 
 FD_EXHAUSTION = r"""
 import os, resource, sys, trio
-from actorloop.runtime import AgentOptions, EchoProvider, Runtime, StoreError
+from actorloop.runtime import AgentOptions, Runtime, StoreError
+from actorloop.runtime.testing import EchoProvider
 
 async def main(url: str) -> None:
     async with Runtime.open(store=url, provider=EchoProvider()) as rt:

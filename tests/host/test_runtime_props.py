@@ -19,17 +19,8 @@ from helpers import open_runtime, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actorloop.runtime import (
-    Agent,
-    AgentOptions,
-    SessionBusy,
-    SessionEvent,
-    SessionForkError,
-    Tool,
-    ToolResult,
-    reply,
-    tool_call,
-)
+from actorloop.runtime import Agent, AgentOptions, SessionEvent, SessionForkError, Tool, ToolResult
+from actorloop.runtime.errors import SessionBusy
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.session import Session, SessionMeta
@@ -37,6 +28,7 @@ from actorloop.runtime.model.chunks import BlockStart, StreamChunk, TextDelta
 from actorloop.runtime.model.events import TurnEnd
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.stores import open_store
+from actorloop.runtime.testing import reply, tool_call
 
 EXAMPLES = int(os.environ.get("ACTORLOOP_RUNTIME_PROP_EXAMPLES", "50"))
 OPS = ("send", "tool", "hang", "inject", "spawn", "fork", "resume", "dispose", "restart")

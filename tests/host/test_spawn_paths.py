@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from actorloop.actors.kernel import Mailbox, Supervisor
 from actorloop.codecs.jsonvalue import EMPTY_OBJECT, FrozenDict
 from actorloop.codecs.rows import meta_from_row, session_row
-from actorloop.runtime import AgentOptions, EchoProvider
+from actorloop.runtime import AgentOptions
 from actorloop.runtime.errors import SessionExists, SessionFormatError, SessionFormatUnsupported
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.model.meta import FORMAT_VERSION, SessionMeta
 from actorloop.runtime.stores.sqlite import SqliteStore, plain_meta
+from actorloop.runtime.testing import EchoProvider
 
 OPTIONS = AgentOptions(model="echo-model")
 REFUSALS = (SessionFormatError, SessionFormatUnsupported)

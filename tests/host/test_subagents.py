@@ -13,20 +13,8 @@ import trio
 import trio.testing
 from helpers import open_runtime, wait_until
 
-from actorloop.runtime import (
-    HANG,
-    AgentOptions,
-    InboxFull,
-    Message,
-    ProviderError,
-    ScriptedProvider,
-    SessionEvent,
-    Text,
-    ToolResult,
-    reply,
-    tool_call,
-    tool_calls,
-)
+from actorloop.runtime import AgentOptions, Message, ProviderError, SessionEvent, Text, ToolResult
+from actorloop.runtime.errors import InboxFull
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.host.subagents import subagent_tool
 from actorloop.runtime.log.load import load_session
@@ -36,6 +24,7 @@ from actorloop.runtime.model.chunks import StreamChunk
 from actorloop.runtime.model.events import ToolResultEvent, TurnEnd, TurnStart
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.stores.memory import MemoryStore
+from actorloop.runtime.testing import HANG, ScriptedProvider, reply, tool_call, tool_calls
 
 
 class Router:

@@ -596,7 +596,8 @@ def test_without_opentelemetry_installed_nothing_is_traced_and_true_is_refused()
 import sys
 sys.modules["opentelemetry"] = None  # what an absent package looks like to `import`
 import trio
-from actorloop.runtime import AgentOptions, Runtime, ScriptedProvider, reply
+from actorloop.runtime import AgentOptions, Runtime
+from actorloop.runtime.testing import ScriptedProvider, reply
 from actorloop.runtime.errors import TelemetryError
 from actorloop.runtime.host.telemetry import available
 

@@ -14,7 +14,8 @@ import sys
 
 import orjson
 
-from actorloop.runtime import HANG, AgentOptions, ScriptedProvider, aio
+from actorloop.runtime import AgentOptions, aio
+from actorloop.runtime.testing import HANG, ScriptedProvider
 
 report: dict[str, object] = {"interrupted": False}
 

@@ -11,7 +11,7 @@ import trio
 from attrs import evolve
 from helpers import open_runtime
 
-from actorloop.runtime import AgentOptions, EchoProvider
+from actorloop.runtime import AgentOptions
 from actorloop.runtime.errors import InvariantViolation
 from actorloop.runtime.log.invariants import (
     EventSource,
@@ -25,6 +25,7 @@ from actorloop.runtime.model.chunks import StreamChunk
 from actorloop.runtime.model.events import SessionEvent
 from actorloop.runtime.model.messages import Message
 from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.testing import EchoProvider
 
 OPTIONS = AgentOptions(model="m", system="You are a test.")
 

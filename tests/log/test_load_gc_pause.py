@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from actorloop.runtime import AgentOptions, EchoProvider
+from actorloop.runtime import AgentOptions
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.load import gc_paused, load_session
 from actorloop.runtime.stores.sqlite import SqliteStore
+from actorloop.runtime.testing import EchoProvider
 
 OPTIONS = AgentOptions(model="m", system="s")
 

@@ -8,7 +8,8 @@ import trio
 import trio.testing
 from helpers import open_runtime
 
-from actorloop.runtime import AgentOptions, EchoProvider, SessionEvent
+from actorloop.runtime import AgentOptions, SessionEvent
+from actorloop.runtime.testing import EchoProvider
 
 
 async def test_events_yields_stored_then_live_events_and_ends_at_dispose() -> None:

@@ -14,25 +14,21 @@ import trio.testing
 from helpers import open_runtime, types_of
 
 from actorloop.runtime import (
-    HANG,
     Agent,
     AgentOptions,
     CompactionConfig,
-    EchoProvider,
     Message,
     ProviderError,
-    ScriptedProvider,
     SessionEvent,
     TokenUsage,
     Tool,
     TurnFailed,
-    reply,
-    tool_call,
 )
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.model.chunks import BlockStart, Finish, StreamChunk, TextDelta, UsageReport
 from actorloop.runtime.model.events import ToolResultEvent, TurnEnd, UserMessage
 from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.testing import HANG, EchoProvider, ScriptedProvider, reply, tool_call
 
 OPTIONS = AgentOptions(model="m")
 

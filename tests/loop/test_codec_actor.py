@@ -11,13 +11,14 @@ import trio.testing
 from session_logs import closed_log
 
 from actorloop.actors.codec import CodecActor
-from actorloop.runtime import AgentOptions, Request, Runtime, ScriptedProvider, reply
+from actorloop.runtime import AgentOptions, Request, Runtime
 from actorloop.runtime.control.handle import Agent
 from actorloop.runtime.errors import SessionWriteError, StoreError
 from actorloop.runtime.log.session import SessionMeta
 from actorloop.runtime.model.events import SessionEvent
 from actorloop.runtime.stores import MemoryStore, open_store
 from actorloop.runtime.stores.base import Batch
+from actorloop.runtime.testing import ScriptedProvider, reply
 
 
 class GatedStore(MemoryStore):

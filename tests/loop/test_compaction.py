@@ -25,23 +25,17 @@ from actorloop.actors.compaction import (
     frame_summary,
 )
 from actorloop.runtime import (
-    HANG,
     AgentOptions,
     CompactionConfig,
-    ErrorInfo,
     Message,
     ProviderError,
     Replace,
     ResponseFormat,
-    ScriptedProvider,
     Session,
     SessionEvent,
     Text,
     TokenUsage,
     Tool,
-    max_tokens_reply,
-    reply,
-    tool_call,
 )
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.invariants import check_request
@@ -49,7 +43,14 @@ from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.surface import project
 from actorloop.runtime.log.tokens import estimate_message, estimate_messages, fixed_part_tokens
 from actorloop.runtime.log.verify import verify_log
-from actorloop.runtime.model.chunks import BlockEnd, BlockStart, Finish, StreamChunk, TextDelta
+from actorloop.runtime.model.chunks import (
+    BlockEnd,
+    BlockStart,
+    ErrorInfo,
+    Finish,
+    StreamChunk,
+    TextDelta,
+)
 from actorloop.runtime.model.events import (
     CompactionEnd,
     CompactionPrune,
@@ -64,6 +65,7 @@ from actorloop.runtime.model.events import (
 from actorloop.runtime.model.messages import ToolCall, ToolResult
 from actorloop.runtime.providers.scripted import ScriptEntry
 from actorloop.runtime.stores.base import open_store
+from actorloop.runtime.testing import HANG, ScriptedProvider, max_tokens_reply, reply, tool_call
 
 T = TypeVar("T")
 SYSTEM_MARK = "[system-marker]"

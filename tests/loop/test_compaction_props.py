@@ -21,7 +21,7 @@ from actorloop.actors.compaction import (
     balanced_cut,
     is_summary,
 )
-from actorloop.runtime import AgentOptions, CompactionConfig, Message, ScriptedProvider, Text
+from actorloop.runtime import AgentOptions, CompactionConfig, Message, Text
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.session import Session
 from actorloop.runtime.log.surface import project
@@ -35,6 +35,7 @@ from actorloop.runtime.model.events import (
     UserMessage,
 )
 from actorloop.runtime.model.messages import Source, ToolCall, ToolResult
+from actorloop.runtime.testing import ScriptedProvider
 
 Nodes = list[tuple[int, Message | None]]
 

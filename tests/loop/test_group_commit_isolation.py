@@ -18,7 +18,7 @@ from helpers import open_runtime
 from session_logs import begin_turn, closed_log, tool_turn
 
 from actorloop.actors.codec import CodecActor
-from actorloop.runtime import AgentOptions, EchoProvider
+from actorloop.runtime import AgentOptions
 from actorloop.runtime.errors import (
     ActorloopError,
     GroupCommitError,
@@ -33,6 +33,7 @@ from actorloop.runtime.model.events import SessionEvent, UserMessage
 from actorloop.runtime.model.messages import Text
 from actorloop.runtime.stores import SqliteStore, Store, open_store
 from actorloop.runtime.stores.base import Batch
+from actorloop.runtime.testing import EchoProvider
 
 IDS = ("a", "b", "c")
 

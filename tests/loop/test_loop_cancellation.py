@@ -14,24 +14,18 @@ import trio
 import trio.testing
 from helpers import open_runtime, types_of, wait_until
 
-from actorloop.runtime import (
+from actorloop.runtime import Agent, AgentOptions, Message, Session, Text, Tool, ToolResult
+from actorloop.runtime.errors import AgentClosed
+from actorloop.runtime.host.runtime import Runtime
+from actorloop.runtime.model.events import SessionEvent
+from actorloop.runtime.testing import (
     HANG,
-    Agent,
-    AgentClosed,
-    AgentOptions,
-    Message,
     ScriptedProvider,
-    Session,
-    Text,
-    Tool,
-    ToolResult,
     max_tokens_reply,
     reply,
     tool_call,
     tool_calls,
 )
-from actorloop.runtime.host.runtime import Runtime
-from actorloop.runtime.model.events import SessionEvent
 
 Act = Callable[[Agent], Awaitable[None]]
 

@@ -26,14 +26,10 @@ from actorloop.runtime import (
     LlmCallConfig,
     Message,
     Request,
-    ScriptedProvider,
     Session,
     SessionEvent,
     Text,
     Tool,
-    reply,
-    tool_call,
-    tool_calls,
 )
 from actorloop.runtime.errors import SessionCorruptError
 from actorloop.runtime.log.header_algebra import fold
@@ -41,6 +37,7 @@ from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.request import digest_of
 from actorloop.runtime.log.verify import VerificationFailed, verify_log
 from actorloop.runtime.stores.base import open_store
+from actorloop.runtime.testing import ScriptedProvider, reply, tool_call, tool_calls
 
 
 async def _echo(args: dict[str, Any], ctx: Any) -> str:

@@ -12,22 +12,18 @@ import trio.testing
 from helpers import open_runtime, types_of, wait_until
 
 from actorloop.runtime import (
-    HANG,
     AgentOptions,
     Allow,
     Block,
     ContextItem,
     Message,
-    ScriptedProvider,
     Text,
     Tool,
     ToolOutcome,
     ToolResult,
-    reply,
-    tool_call,
-    tool_calls,
 )
 from actorloop.runtime.model.events import ContextMessage
+from actorloop.runtime.testing import HANG, ScriptedProvider, reply, tool_call, tool_calls
 
 OPTIONS = AgentOptions(model="m", system="You are terse.")
 
@@ -420,7 +416,7 @@ async def test_inject_rejects_non_json_content_at_the_call() -> None:
 
 
 async def test_max_tokens_strips_tool_calls_and_runs_no_tool() -> None:
-    from actorloop.runtime import max_tokens_reply
+    from actorloop.runtime.testing import max_tokens_reply
 
     ran: list[str] = []
 
@@ -636,7 +632,7 @@ async def test_cancel_while_tool_runs_records_its_result_and_closes_the_step() -
 
 
 async def test_dispose_ends_running_turn_disposed_and_refuses_more_work() -> None:
-    from actorloop.runtime import AgentClosed
+    from actorloop.runtime.errors import AgentClosed
 
     provider = ScriptedProvider([HANG])
     async with open_runtime(provider) as rt:

@@ -36,29 +36,31 @@ import trio.testing
 from helpers import open_runtime
 
 from actorloop.runtime import (
-    HANG,
     Agent,
-    AgentClosed,
     AgentOptions,
     Allow,
     ContextItem,
     Message,
     ProviderError,
-    ScriptedProvider,
     Session,
     SessionEvent,
     Text,
     Tool,
-    max_tokens_reply,
-    reply,
-    tool_call,
-    tool_calls,
 )
+from actorloop.runtime.errors import AgentClosed
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.invariants import check_request
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.model.chunks import StreamChunk
 from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.testing import (
+    HANG,
+    ScriptedProvider,
+    max_tokens_reply,
+    reply,
+    tool_call,
+    tool_calls,
+)
 
 SCHEDULES = int(os.environ.get("ACTORLOOP_TORTURE_SCHEDULES", "300"))
 ONLY_SEED = os.environ.get("ACTORLOOP_TORTURE_SEED")

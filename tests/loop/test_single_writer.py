@@ -11,23 +11,19 @@ import pytest
 import trio
 from helpers import open_runtime, wait_until
 
-from actorloop.runtime import (
-    HANG,
-    AgentOptions,
-    EchoProvider,
-    ScriptedProvider,
-    SessionBusy,
-    SessionForkError,
-    reply,
-)
+from actorloop.runtime import AgentOptions, SessionForkError
+from actorloop.runtime.errors import SessionBusy
 from actorloop.runtime.model.events import TurnEnd
+from actorloop.runtime.testing import HANG, EchoProvider, ScriptedProvider, reply
 
 OPTIONS = AgentOptions(model="m")
 
 SECOND_WRITER = r"""
 import sys
 import trio
-from actorloop.runtime import AgentOptions, EchoProvider, Runtime, SessionBusy
+from actorloop.runtime import AgentOptions, Runtime
+from actorloop.runtime.errors import SessionBusy
+from actorloop.runtime.testing import EchoProvider
 from actorloop.runtime.model.events import SessionEvent, TurnEnd
 from actorloop.runtime.stores import open_store
 

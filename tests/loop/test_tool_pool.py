@@ -14,17 +14,9 @@ import trio
 import trio.testing
 from helpers import open_runtime
 
-from actorloop.runtime import (
-    Agent,
-    AgentOptions,
-    ScriptedProvider,
-    SessionEvent,
-    Tool,
-    ToolOutcome,
-    reply,
-    tool_calls,
-)
+from actorloop.runtime import Agent, AgentOptions, SessionEvent, Tool, ToolOutcome
 from actorloop.runtime.log.verify import verify_log
+from actorloop.runtime.testing import ScriptedProvider, reply, tool_calls
 
 
 class Gates:

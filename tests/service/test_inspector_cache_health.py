@@ -11,12 +11,13 @@ from typing import Any
 from attrs import evolve
 from helpers import open_runtime
 
-from actorloop.runtime import AgentOptions, CompactionConfig, Message, ScriptedProvider, Tool
+from actorloop.runtime import AgentOptions, CompactionConfig, Message, Tool
 from actorloop.runtime.cli.orchestration import LOOKUP, make_sim
 from actorloop.runtime.log.cache_health import DROP_TOLERANCE, RequestCache, cache_health
 from actorloop.runtime.model.chunks import BlockEnd, BlockStart, Finish, TextDelta, TokenUsage
 from actorloop.runtime.model.events import AssistantMessage
 from actorloop.runtime.providers.scripted import reply
+from actorloop.runtime.testing import ScriptedProvider
 
 SKILLS = "Available skills:\n" + "\n".join(
     f"- skill-{index}: does thing number {index} carefully, with checks and a report" * 2

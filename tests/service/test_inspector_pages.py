@@ -108,7 +108,8 @@ async def test_with_an_api_token_the_inspector_is_not_served() -> None:
 
 CRASH_CHILD = """
 import sys, trio
-from actorloop.runtime import AgentOptions, Runtime, ScriptedProvider, Tool
+from actorloop.runtime import AgentOptions, Runtime, Tool
+from actorloop.runtime.testing import ScriptedProvider
 from actorloop.runtime.providers.scripted import tool_call
 
 async def stuck(args, ctx):

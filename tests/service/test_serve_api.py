@@ -25,8 +25,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from actorloop.codecs.converter import encode_event
-from actorloop.runtime import AgentOptions, EchoProvider
+from actorloop.runtime import AgentOptions
 from actorloop.runtime.model.events import AssistantMessage
+from actorloop.runtime.testing import EchoProvider
 
 
 def error_of(response: httpx.Response) -> str:

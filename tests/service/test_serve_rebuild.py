@@ -9,12 +9,13 @@ from attrs import evolve
 from helpers import open_runtime
 
 from actorloop.codecs.converter import canonical_bytes
-from actorloop.runtime import AgentOptions, Message, ScriptedProvider, Tool
+from actorloop.runtime import AgentOptions, Message, Tool
 from actorloop.runtime.errors import ErrorCode, RequestRebuildError, VerificationFailed
 from actorloop.runtime.log.rebuild import check_digest, rebuild_request
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.model.events import AssistantMessage, SessionEvent
 from actorloop.runtime.providers.scripted import reply, tool_call
+from actorloop.runtime.testing import ScriptedProvider
 
 
 async def _echo(args: dict[str, object], ctx: object) -> str:

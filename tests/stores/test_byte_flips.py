@@ -26,11 +26,12 @@ import attrs
 import pytest
 import trio
 
-from actorloop.runtime import AgentOptions, Runtime, ScriptedProvider, reply, tool_call
+from actorloop.runtime import AgentOptions, Runtime
 from actorloop.runtime.control.options import Tool
 from actorloop.runtime.errors import ActorloopError
 from actorloop.runtime.model.meta import DamagedSession, SessionMeta
 from actorloop.runtime.stores import open_store
+from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
 
 TRIALS = os.environ.get("ACTORLOOP_FLIP_TRIALS", "300")
 FULL = TRIALS == "all"

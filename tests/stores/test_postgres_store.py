@@ -16,7 +16,7 @@ import trio
 from pg_server import PgServer
 from session_logs import closed_log, tool_turn
 
-from actorloop.runtime import AgentOptions, EchoProvider, Runtime
+from actorloop.runtime import AgentOptions, Runtime
 from actorloop.runtime.errors import (
     GroupCommitError,
     SessionBusy,
@@ -32,6 +32,7 @@ from actorloop.runtime.model.meta import DamagedSession
 from actorloop.runtime.stores import open_store
 from actorloop.runtime.stores.postgres import PostgresStore
 from actorloop.runtime.stores.postgres.config import parse_url
+from actorloop.runtime.testing import EchoProvider
 
 
 @pytest.fixture

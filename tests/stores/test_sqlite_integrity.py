@@ -18,13 +18,14 @@ from session_logs import closed_log, tool_turn
 
 from actorloop.codecs.converter import encode_event
 from actorloop.codecs.rows import encode_meta, meta_crc
-from actorloop.runtime import AgentOptions, EchoProvider
+from actorloop.runtime import AgentOptions
 from actorloop.runtime.errors import SessionBusy, SessionCorruptError, StoreError
 from actorloop.runtime.log.session import Session, SessionMeta
 from actorloop.runtime.model.meta import DamagedSession
 from actorloop.runtime.stores import SqliteStore
 from actorloop.runtime.stores.leases import LEASE_FILES
 from actorloop.runtime.stores.sqlite import SCHEMA_VERSION
+from actorloop.runtime.testing import EchoProvider
 
 V1_SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (

@@ -16,11 +16,12 @@ from session_logs import begin_turn, end_step, end_turn, model_step
 import actorloop.runtime.stores.jsonl as jsonl_module
 from actorloop.codecs.jsonl import meta_line
 from actorloop.codecs.rows import session_row
-from actorloop.runtime import EchoProvider, Runtime
+from actorloop.runtime import Runtime
 from actorloop.runtime.errors import SessionCorruptError, StoreError
 from actorloop.runtime.log.session import Session, SessionMeta
 from actorloop.runtime.model.meta import DamagedSession
 from actorloop.runtime.stores import JsonlStore, MemoryStore, SqliteStore
+from actorloop.runtime.testing import EchoProvider
 
 
 def one_turn(session_id: str) -> Session:
