@@ -1,5 +1,5 @@
 """Declarative workload files (TOML) for `actorloop run`: their schema, strict parsing, and
-the workloads that ship inside the package (`runtime/workloads/*.toml`, package data)."""
+the workloads that ship inside the package (`runtime/cli/workloads/*.toml`, package data)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 from actorloop.codecs.rows import event_crc
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "runtime" / "workloads" / "tiny.toml"
+TINY = REPO / "runtime" / "cli" / "workloads" / "tiny.toml"
 
 
 def actorloop(
@@ -315,7 +315,7 @@ def test_an_installed_wheel_runs_the_default_workload_from_any_directory(
         check=False,
     )
     assert installed.returncode == 0, installed.stderr
-    assert (site / "actorloop" / "runtime" / "workloads" / "demo.toml").is_file()
+    assert (site / "actorloop" / "runtime" / "cli" / "workloads" / "demo.toml").is_file()
     env = {**os.environ, "PYTHONPATH": str(site)}
     where = subprocess.run(
         [sys.executable, "-c", "import actorloop.runtime as r; print(r.__file__)"],
@@ -356,7 +356,7 @@ def test_packaged_workloads_are_listed_and_printable(tmp_path: Path) -> None:
     assert shown.returncode == 0
     # the user-facing copy in examples/ is the packaged file itself, not a second copy
     assert (REPO / "examples" / "pressure.toml").resolve() == (
-        REPO / "runtime" / "workloads" / "pressure.toml"
+        REPO / "runtime" / "cli" / "workloads" / "pressure.toml"
     )
     assert shown.stdout == (REPO / "examples" / "pressure.toml").read_text()
     mine = tmp_path / "mine.toml"
