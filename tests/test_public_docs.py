@@ -19,6 +19,7 @@ PACKAGES = (
     "actorloop.runtime.errors",
     "actorloop.runtime.providers",
     "actorloop.runtime.stores",
+    "actorloop.runtime.testing",
 )
 SEAMS = (Store, Provider)
 
