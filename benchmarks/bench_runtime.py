@@ -543,7 +543,7 @@ def render(report: dict[str, Any]) -> str:
         "`CollectorPolicy.many_agents()` is the documented setting for thousands of agents "
         "(docs/performance.md).",
         "* Spawn cost on `sqlite:` is mostly the store: one autocommit INSERT and the lease "
-        "lock (benchmarks/results/spawn_r5*.md break it down).",
+        "lock (docs/performance.md breaks it down).",
         f"* Resume is a full load: decode + re-validate every event "
         f"(~{per_event_us:.0f} µs/event at {big['events']:,} events). A live fork is O(1) "
         f"({big['fork_live_ms']} ms at {big['events']:,} events; the child's store record "

@@ -1,5 +1,5 @@
 """Fixtures shared by the tests: a real local SSE server, a recorded backoff, and a real
-PostgreSQL server (tests/pg_server.py) whose store schema is emptied before each test."""
+PostgreSQL server (tests/kits/pg_server.py) whose store schema is emptied before each test."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def waits() -> Waits:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    """One real PostgreSQL server for the whole test run (tests/pg_server.py); skipped where
+    """One real PostgreSQL server for the whole test run (tests/kits/pg_server.py); skipped where
     PostgreSQL is not installed, a failure under CI, where .ci/run installs it."""
     bindir = PgServer.find()
     if bindir is None:

@@ -56,7 +56,7 @@ class Probe:
 
 def options(*tools: Tool) -> AgentOptions:
     # The windows here are those of calls that run one after another; the parallel pool's
-    # own windows are exercised in tests/test_tool_pool.py.
+    # own windows are exercised in tests/loop/test_tool_pool.py.
     return AgentOptions(model="m", system="sys", tools=tools, max_parallel_tool_calls=1)
 
 

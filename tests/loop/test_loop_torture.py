@@ -12,12 +12,12 @@ and the agent completes a next send (after a resume if it was disposed).
 
 Bounded in CI: `ACTORLOOP_TORTURE_SCHEDULES` schedules (default 300). Full mode:
 
-    ACTORLOOP_TORTURE_SCHEDULES=10000 pytest -q tests/test_loop_torture.py
+    ACTORLOOP_TORTURE_SCHEDULES=10000 pytest -q tests/loop/test_loop_torture.py
 
 Each schedule is one `trio.run` with Trio's scheduler seeded (deterministic under the
 Hypothesis plugin) and a MockClock, so a failure names its seed and replays with
 
-    ACTORLOOP_TORTURE_SEED=<seed> pytest -q tests/test_loop_torture.py
+    ACTORLOOP_TORTURE_SEED=<seed> pytest -q tests/loop/test_loop_torture.py
 """
 
 from __future__ import annotations
@@ -718,7 +718,7 @@ def run_one(seed: int, *, caller_mode: bool = False) -> Schedule:
         replay = "ACTORLOOP_TORTURE_CALLER_SEED" if caller_mode else "ACTORLOOP_TORTURE_SEED"
         raise AssertionError(
             f"torture schedule seed={seed} failed: {exc!r}\n"
-            f"replay: {replay}={seed} pytest -q tests/test_loop_torture.py\n"
+            f"replay: {replay}={seed} pytest -q tests/loop/test_loop_torture.py\n"
             f"last actions:\n{trace}"
         ) from exc
     return sched

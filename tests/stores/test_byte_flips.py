@@ -7,7 +7,7 @@ and anything else it can read as damaged.
 
 Bounded in CI: ACTORLOOP_FLIP_TRIALS flips per store (default 300) and a tenth as many
 truncations, at seeded random positions (ACTORLOOP_FLIP_SEED replays one sequence). Full
-mode: `ACTORLOOP_FLIP_TRIALS=all pytest tests/test_byte_flips.py` flips every byte of every
+mode: `ACTORLOOP_FLIP_TRIALS=all pytest tests/stores/test_byte_flips.py` flips every byte of every
 file and truncates every file at every length (tens of minutes).
 """
 

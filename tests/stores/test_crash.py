@@ -3,7 +3,7 @@ random moments; afterwards every acknowledged event must load back unchanged, th
 validate, and an open turn must be closed by the repair closers.
 
 Trials per store come from ACTORLOOP_CRASH_TRIALS (default 8, a few seconds). Full mode is
-`ACTORLOOP_CRASH_TRIALS=200 pytest tests/test_crash.py` (a few minutes); set
+`ACTORLOOP_CRASH_TRIALS=200 pytest tests/stores/test_crash.py` (a few minutes); set
 ACTORLOOP_CRASH_SEED to replay one sequence of kill points.
 """
 

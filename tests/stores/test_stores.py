@@ -1,6 +1,6 @@
 """The four stores behind one contract: round trips, tail checks, leases, hostile ids,
 version refusal, fork and crash repair on load (scenario S3). PostgreSQL runs against a
-real server (tests/pg_server.py), a fresh database per test."""
+real server (tests/kits/pg_server.py), a fresh database per test."""
 
 from __future__ import annotations
 
