@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import aclosing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import httpx
 import orjson
@@ -43,7 +43,6 @@ from ..model.header import (
 )
 from ..model.messages import Block, Message, Reasoning, Text, ToolCall
 from .http import (
-    DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
     error_fields,
@@ -53,11 +52,8 @@ from .http import (
     tool_parameters,
     with_extra_headers,
 )
-from .retry import (
-    RetryPolicy,
-    parse_retry_after,
-    status_error,
-)
+from .retry import parse_retry_after, status_error
+from .settings import HttpOptions, HttpSettings, http_settings
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -413,26 +409,13 @@ class AnthropicProvider(HttpSseProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        name: str | None = None,
-        key_env: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
+        settings: HttpSettings | None = None,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         thinking_budget: int | None = None,
         api_version: str = ANTHROPIC_VERSION,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            name=name,
-            key_env=key_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry=retry,
-            context_windows=context_windows,
-        )
+        super().__init__(http_settings(settings, base_url, api_key, options))
         if thinking_budget is not None and thinking_budget < MIN_THINKING_BUDGET:
             raise CallConfigError(
                 f"thinking_budget {thinking_budget} is below the minimum of 1024 tokens"

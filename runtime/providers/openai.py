@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import httpx
 import trio
@@ -37,7 +37,6 @@ from ..model.chunks import (
 from ..model.header import LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
 from ..model.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from .http import (
-    DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
     error_fields,
@@ -47,11 +46,8 @@ from .http import (
     tool_parameters,
     with_extra_headers,
 )
-from .retry import (
-    RetryPolicy,
-    parse_retry_after,
-    status_error,
-)
+from .retry import parse_retry_after, status_error
+from .settings import HttpOptions, HttpSettings, http_settings
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # DeepSeek documents this base for OpenAI-compatible clients ("/v1" also works there).
@@ -460,24 +456,11 @@ class OpenAIChatProvider(HttpSseProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        name: str | None = None,
-        key_env: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
+        settings: HttpSettings | None = None,
         prompt_cache_key: bool | None = None,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            name=name,
-            key_env=key_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry=retry,
-            context_windows=context_windows,
-        )
+        super().__init__(http_settings(settings, base_url, api_key, options))
         self.send_prompt_cache_key = (
             prompt_cache_key
             if prompt_cache_key is not None

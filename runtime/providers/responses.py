@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import httpx
 import trio
@@ -35,7 +35,6 @@ from ..model.chunks import (
 from ..model.header import LlmCallConfig, ResponseFormat, ToolChoice
 from ..model.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from .http import (
-    DEFAULT_TIMEOUT,
     HttpSseProvider,
     forced_tool,
     invalid_request,
@@ -52,7 +51,7 @@ from .openai import (
     prompt_cache_key,
     refused,
 )
-from .retry import RetryPolicy
+from .settings import HttpOptions, HttpSettings, http_settings
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 _SUMMARY_JOINER = "\n\n"
@@ -473,25 +472,12 @@ class OpenAIResponsesProvider(HttpSseProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        name: str | None = None,
-        key_env: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
+        settings: HttpSettings | None = None,
         prompt_cache_key: bool | None = None,
         store: bool = False,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            name=name,
-            key_env=key_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry=retry,
-            context_windows=context_windows,
-        )
+        super().__init__(http_settings(settings, base_url, api_key, options))
         self.store = store
         self.send_prompt_cache_key = (
             prompt_cache_key if prompt_cache_key is not None else is_openai_endpoint(self.base_url)
