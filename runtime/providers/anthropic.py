@@ -153,10 +153,6 @@ def _thinking(provider: str, config: LlmCallConfig, budget: int | None, max_toke
         raise invalid_request(
             provider, f"thinking_budget {budget} must be below max_tokens {max_tokens}"
         )
-    if config.temperature is not None and config.temperature != 1.0:
-        raise invalid_request(
-            provider, f"temperature {config.temperature} cannot be combined with thinking"
-        )
     choice = config.tool_choice
     if choice is not None and choice.mode in ("required", "tool"):
         raise invalid_request(
@@ -213,6 +209,11 @@ def anthropic_body(
     request options of the config; `thinking_budget` applies when the config sets none."""
     config = request.config
     forced_tool(provider, config, request.tools)
+    if config.temperature is not None:
+        # The anthropic SDK's `messages.create` (2.15) takes no temperature any more.
+        raise invalid_request(
+            provider, "the Messages API takes no temperature; leave temperature unset"
+        )
     prefix = _wire_messages(request.prefix)
     history = _wire_messages(request.history)
     max_tokens = config.max_tokens if config.max_tokens is not None else default_max_tokens
@@ -247,8 +248,6 @@ def anthropic_body(
         breakpoints.mark("prefix", prefix[-1]["content"])
     if history:
         breakpoints.mark("history", history[-1]["content"])
-    if config.temperature is not None:
-        body["temperature"] = config.temperature
     if config.stop:
         body["stop_sequences"] = list(config.stop)
     if thinking is not None:

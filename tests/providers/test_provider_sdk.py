@@ -30,7 +30,8 @@ from actorloop.runtime.model.chunks import Finish, StreamChunk
 from actorloop.runtime.model.header import LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
 from actorloop.runtime.model.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.anthropic import AnthropicProvider
-from actorloop.runtime.providers.openai import OpenAIChatProvider, prompt_cache_key
+from actorloop.runtime.providers.chat_body import prompt_cache_key
+from actorloop.runtime.providers.openai import OpenAIChatProvider
 from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 

@@ -42,7 +42,7 @@ def anthropic(server: SseServer, waits: Waits, **kwargs: Any) -> AnthropicProvid
 def make_request(
     *history: Message, prefix: tuple[Message, ...] = PREFIX, tools: tuple[ToolSchema, ...] = TOOLS
 ) -> Request:
-    config = LlmCallConfig("claude-test", temperature=0.5, stop=("END",))
+    config = LlmCallConfig("claude-test", stop=("END",))
     return Request(
         "session-1", config, "You are terse.", tools, prefix + history, prefix_length=len(prefix)
     )
@@ -129,7 +129,6 @@ async def test_text_stream_usage_and_exact_request(server: SseServer, waits: Wai
         "model": "claude-test",
         "max_tokens": 8192,
         "stream": True,
-        "temperature": 0.5,
         "stop_sequences": ["END"],
         "tools": [
             {
@@ -495,7 +494,6 @@ def test_thinking_options_are_checked_when_the_config_is_made(
     ("provider_budget", "config", "problem"),
     [
         (2048, {"max_tokens": 1024}, "thinking_budget 2048 must be below max_tokens 1024"),
-        (2048, {"temperature": 0.7}, "temperature 0.7 cannot be combined with thinking"),
         (2048, {"tool_choice": "required"}, "tool_choice 'required' cannot be combined"),
         (None, {"thinking_budget": 9000}, "thinking_budget 9000 must be below max_tokens 8192"),
     ],
@@ -592,6 +590,9 @@ async def test_request_options_version_and_headers(server: SseServer, waits: Wai
         ({"metadata": {"team": "core"}}, "takes only user_id in metadata"),
         ({"response_format": ResponseFormat("json_object")}, "no json_object output mode"),
         ({"tool_choice": ToolChoice.tool("nope")}, "does not offer"),
+        # anthropic 2.15's messages.create has no temperature parameter any more.
+        ({"temperature": 0.5}, "takes no temperature"),
+        ({"temperature": 1.0}, "takes no temperature"),
     ],
 )
 def test_options_the_messages_api_cannot_take_are_refused(

@@ -24,7 +24,7 @@ from actorloop.runtime.model.chunks import (
 )
 from actorloop.runtime.model.header import LlmCallConfig, ResponseFormat, ToolChoice
 from actorloop.runtime.model.messages import Message, Reasoning, Text, ToolCall, ToolResult
-from actorloop.runtime.providers.openai import prompt_cache_key
+from actorloop.runtime.providers.chat_body import prompt_cache_key
 from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 
