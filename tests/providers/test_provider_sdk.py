@@ -222,7 +222,7 @@ async def test_chat_completions_body_matches_the_sdk(server: SseServer, waits: W
                 "json_schema": {"name": "verdict", "schema": ANSWER_SCHEMA, "strict": True},
             },
             reasoning_effort="low",
-            user="user-hash-1",
+            safety_identifier="user-hash-1",
             metadata={"team": "core"},
             store=True,
             prompt_cache_key=prompt_cache_key(SESSION),

@@ -298,6 +298,44 @@ async def test_whole_items_without_deltas_still_assemble(server: SseServer, wait
     assert chunks[-1] == Finish("tool-calls")
 
 
+@pytest.mark.parametrize("kind", ["response.completed", "response.incomplete"])
+async def test_items_only_inside_the_terminal_response_still_assemble(
+    server: SseServer, waits: Waits, kind: str
+) -> None:
+    """A server that sends no item events puts the whole output in the terminal response."""
+    output = [
+        {"type": "reasoning", "id": "rs_9", "summary": [{"type": "summary_text", "text": "hm"}],
+         "encrypted_content": ENCRYPTED},
+        {"type": "message", "content": [{"type": "output_text", "text": "It is noon."}]},
+        {"type": "function_call", "call_id": "c1", "name": "now", "arguments": '{"tz":"UTC"}'},
+    ]  # fmt: skip
+    terminal = {"type": kind, "response": {"output": output, "usage": {"input_tokens": 9}}}
+    if kind == "response.incomplete":
+        terminal["response"]["incomplete_details"] = {"reason": "max_output_tokens"}
+    server.push(events({"type": "response.created", "response": {}}, terminal))
+    chunks = await collect(responses(server, waits), make_request(Message.user("hi")))
+    assert assemble(chunks).content() == (
+        Reasoning("hm", encrypted_content=ENCRYPTED, item_id="rs_9"),
+        Text("It is noon."),
+        ToolCall("c1", "now", '{"tz":"UTC"}'),
+    )
+    assert chunks[-1] == Finish("tool-calls" if kind == "response.completed" else "max-tokens")
+
+
+async def test_items_streamed_as_deltas_are_not_read_twice_from_the_terminal_response(
+    server: SseServer, waits: Waits
+) -> None:
+    message = {"type": "message", "content": [{"type": "output_text", "text": "once"}]}
+    server.push(
+        events(
+            {"type": "response.output_text.delta", "output_index": 0, "delta": "once"},
+            completed(output=[message]),
+        )
+    )
+    chunks = await collect(responses(server, waits), make_request(Message.user("hi")))
+    assert assemble(chunks).content() == (Text("once"),)
+
+
 @pytest.mark.parametrize(
     ("terminal", "finish"),
     [
