@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 import pytest
-from provider_kit import PREFIX, TOOLS, Waits, assemble, fixture_stream
+from provider_kit import PREFIX, TOOLS, Waits, WireCapture, assemble, fixture_stream
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, anthropic_stream, json_reply
 
 from actorloop.codecs.converter import ordered_fragment
@@ -553,8 +553,8 @@ def test_tool_choice_and_parallel_calls(config: dict[str, Any], tool_choice: Any
     assert body.get("tool_choice") == tool_choice
 
 
-async def test_request_options_version_and_headers(server: SseServer, waits: Waits) -> None:
-    server.push(HELLO)
+async def test_request_options_version_and_headers() -> None:
+    capture = WireCapture(HELLO)
     schema = {"type": "object", "properties": {"reasoning": {}, "answer": {}}}
     config = LlmCallConfig(
         "claude-test",
@@ -565,9 +565,12 @@ async def test_request_options_version_and_headers(server: SseServer, waits: Wai
         extra_body={"service_tier": "standard_only"},
         extra_headers={"anthropic-beta": "fine-grained-tool-streaming-2025-05-14"},
     )
-    provider = anthropic(server, waits, api_version="2026-10-21")
+    provider = AnthropicProvider(
+        "http://anthropic.test", KEY, api_version="2026-10-21", transport=capture.transport
+    )
     await collect(provider, attrs.evolve(make_request(Message.user("hi")), config=config))
-    [seen] = server.requests
+    [seen] = capture.requests
+    assert seen.path == "/v1/messages"
     body = seen.json()
     assert seen.headers["anthropic-version"] == "2026-10-21"
     assert seen.headers["anthropic-beta"] == "fine-grained-tool-streaming-2025-05-14"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from provider_kit import PREFIX, TOOLS, Waits, assemble, fixture_stream
+from provider_kit import PREFIX, TOOLS, Waits, WireCapture, assemble, fixture_stream
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, json_reply, sse_event
 
 from actorloop.runtime.errors import ProviderError
@@ -200,8 +200,8 @@ async def test_reasoning_that_cannot_be_replayed_is_not_sent(
     ]
 
 
-async def test_request_options_reach_the_body(server: SseServer, waits: Waits) -> None:
-    server.push(fixture_stream("responses_text_cached.sse"))
+async def test_request_options_reach_the_body() -> None:
+    capture = WireCapture(fixture_stream("responses_text_cached.sse"))
     schema = {"type": "object", "properties": {"reasoning": {}, "answer": {}}}
     config = LlmCallConfig(
         "gpt-5",
@@ -216,9 +216,12 @@ async def test_request_options_reach_the_body(server: SseServer, waits: Waits) -
         extra_body={"reasoning": {"effort": "low", "summary": "auto"}, "service_tier": "flex"},
         extra_headers={"OpenAI-Beta": "responses=v1"},
     )
-    provider = responses(server, waits, prompt_cache_key=True)
+    provider = OpenAIResponsesProvider(
+        "http://r.test/v1", KEY, prompt_cache_key=True, transport=capture.transport
+    )
     await collect(provider, make_request(Message.user("hi"), config=config))
-    [seen] = server.requests
+    [seen] = capture.requests
+    assert seen.path == "/v1/responses"
     body = seen.json()
     assert body["tool_choice"] == {"type": "function", "name": "lookup"}
     assert body["parallel_tool_calls"] is False
