@@ -298,6 +298,24 @@ async def test_max_tokens_stop_reason(server: SseServer, waits: Waits) -> None:
     assert chunks[-2:] == [UsageReport(TokenUsage(input=5, output=7)), Finish("max-tokens")]
 
 
+async def test_a_paused_turn_is_not_a_completed_one(server: SseServer, waits: Waits) -> None:
+    server.push(
+        anthropic_stream(
+            message_start(input_tokens=5),
+            block_start(0, {"type": "text", "text": ""}),
+            block_delta(0, type="text_delta", text="Searching"),
+            block_stop(0),
+            message_delta("pause_turn", 3),
+            MESSAGE_STOP,
+        )
+    )
+    chunks = await collect(anthropic(server, waits), make_request(Message.user("hi")))
+    assert assemble(chunks).content() == (Text("Searching"),)
+    finish = chunks[-1]
+    assert isinstance(finish, Finish) and finish.kind == "error" and finish.error is not None
+    assert finish.error.code == "PROVIDER_ERROR" and "pause_turn" in finish.error.message
+
+
 async def test_error_event_mid_stream(server: SseServer, waits: Waits) -> None:
     server.push(
         anthropic_stream(
