@@ -76,7 +76,8 @@ class HttpSettings:
     reads `key_env` from the environment at the first request. `max_retries` overrides the
     `retry` policy's count. `transport` is handed to the adapter's `httpx.AsyncClient` (for
     example an `httpx.MockTransport` in tests, or a proxy or custom-TLS transport); the
-    client closes it when the adapter closes, as httpx clients do.
+    client closes it when the adapter closes, as httpx clients do. A pooling transport
+    holds connections of the trio run that used it, so give each run its own.
     """
 
     base_url: str | None = None
