@@ -143,7 +143,8 @@ def _refusals(provider: str, config: LlmCallConfig, dialect: ChatDialect, store:
     """Options this server cannot take are refused before sending, never dropped."""
     for option in _ANTHROPIC_ONLY:
         if getattr(config, option) is not None:
-            hint = " (use reasoning_effort)" if option == "thinking_budget" else ""
+            thinking = option == "thinking_budget" and dialect.reasoning_effort
+            hint = " (use reasoning_effort)" if thinking else ""
             raise invalid_request(
                 provider, f"{option} is an Anthropic option; Chat Completions has none{hint}"
             )
