@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .registry import provider_from_spec
     from .responses import OpenAIResponsesProvider
     from .retry import RetryPolicy
+    from .settings import HttpSettings
     from .sim import SimProvider
 
 __getattr__, __dir__ = lazy_exports(
@@ -24,6 +25,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "AnthropicProvider": "actorloop.runtime.providers.anthropic",
         "DeepSeekProvider": "actorloop.runtime.providers.openai",
+        "HttpSettings": "actorloop.runtime.providers.settings",
         "ModelInfo": "actorloop.runtime.providers.base",
         "OpenAIChatProvider": "actorloop.runtime.providers.openai",
         "OpenAIResponsesProvider": "actorloop.runtime.providers.responses",
@@ -38,6 +40,7 @@ __getattr__, __dir__ = lazy_exports(
 __all__ = [
     "AnthropicProvider",
     "DeepSeekProvider",
+    "HttpSettings",
     "ModelInfo",
     "OpenAIChatProvider",
     "OpenAIResponsesProvider",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import aclosing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import httpx
 import orjson
@@ -43,7 +43,6 @@ from ..model.header import (
 )
 from ..model.messages import Block, Message, Reasoning, Text, ToolCall
 from .http import (
-    DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
     error_fields,
@@ -53,11 +52,8 @@ from .http import (
     tool_parameters,
     with_extra_headers,
 )
-from .retry import (
-    RetryPolicy,
-    parse_retry_after,
-    status_error,
-)
+from .retry import parse_retry_after, status_error
+from .settings import HttpOptions, HttpSettings, http_settings
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -157,10 +153,6 @@ def _thinking(provider: str, config: LlmCallConfig, budget: int | None, max_toke
         raise invalid_request(
             provider, f"thinking_budget {budget} must be below max_tokens {max_tokens}"
         )
-    if config.temperature is not None and config.temperature != 1.0:
-        raise invalid_request(
-            provider, f"temperature {config.temperature} cannot be combined with thinking"
-        )
     choice = config.tool_choice
     if choice is not None and choice.mode in ("required", "tool"):
         raise invalid_request(
@@ -217,6 +209,11 @@ def anthropic_body(
     request options of the config; `thinking_budget` applies when the config sets none."""
     config = request.config
     forced_tool(provider, config, request.tools)
+    if config.temperature is not None:
+        # The anthropic SDK's `messages.create` (2.15) takes no temperature any more.
+        raise invalid_request(
+            provider, "the Messages API takes no temperature; leave temperature unset"
+        )
     prefix = _wire_messages(request.prefix)
     history = _wire_messages(request.history)
     max_tokens = config.max_tokens if config.max_tokens is not None else default_max_tokens
@@ -251,8 +248,6 @@ def anthropic_body(
         breakpoints.mark("prefix", prefix[-1]["content"])
     if history:
         breakpoints.mark("history", history[-1]["content"])
-    if config.temperature is not None:
-        body["temperature"] = config.temperature
     if config.stop:
         body["stop_sequences"] = list(config.stop)
     if thinking is not None:
@@ -391,6 +386,14 @@ class _MessagesStreamMapper:
         elif reason == "refusal":
             message = f"{self._provider}: the model refused to answer"
             finish = Finish("error", ErrorInfo(message, ErrorCode.CONTENT_FILTERED))
+        elif reason == "pause_turn":
+            # A paused turn is unfinished and must not pass for a completed one; continuing
+            # it (sending the paused content back) is the loop's step, not this stream's.
+            message = (
+                f"{self._provider}: the model paused its turn (stop_reason pause_turn); "
+                "continuing a paused turn is not supported yet"
+            )
+            finish = Finish("error", ErrorInfo(message, ErrorCode.PROVIDER_ERROR))
         else:
             finish = Finish("stop")
         return [UsageReport(usage), finish]
@@ -413,26 +416,13 @@ class AnthropicProvider(HttpSseProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        name: str | None = None,
-        key_env: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
+        settings: HttpSettings | None = None,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         thinking_budget: int | None = None,
         api_version: str = ANTHROPIC_VERSION,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            name=name,
-            key_env=key_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry=retry,
-            context_windows=context_windows,
-        )
+        super().__init__(http_settings(settings, base_url, api_key, options))
         if thinking_budget is not None and thinking_budget < MIN_THINKING_BUDGET:
             raise CallConfigError(
                 f"thinking_budget {thinking_budget} is below the minimum of 1024 tokens"

@@ -1,15 +1,14 @@
-"""Shared plumbing of the HTTP adapters: secret keys, the per-run httpx client, and a streaming
-POST opened with retries up to its first byte, then read as server-sent events."""
+"""Shared plumbing of the HTTP adapters: the per-run httpx client, request-building helpers,
+and a streaming POST opened with retries up to its first byte, then read as server-sent events."""
 
 from __future__ import annotations
 
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, ClassVar, NoReturn
 
-import attrs
 import httpx
 import orjson
 import trio
@@ -21,47 +20,13 @@ from ..errors import ErrorCode, ProviderError, TransientProviderError
 from ..log.request import Request
 from ..model.header import LlmCallConfig, ToolSchema
 from .base import ModelInfo
-from .retry import (
-    RetryPolicy,
-)
+from .settings import ApiKey, HttpSettings
 from .sse import SseDecoder, SseEvent
 
 log = logging.getLogger("actorloop.providers")
 
-# Read timeout bounds the gap between two streamed bytes, not the whole answer.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=30.0)
 _CLOSE_GRACE = 2.0
 _DETAIL_LIMIT = 500
-
-
-class ApiKey:
-    """A secret that never shows in `repr`, `str`, pickles or log lines."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str, origin: str) -> None:
-        # An HTTP header cannot carry these; httpx would echo the value in its error.
-        if any(char.isspace() or not char.isprintable() for char in value):
-            raise ProviderError(
-                f"the API key from {origin} contains whitespace or control characters "
-                "(a stray newline?); fix the key",
-                ErrorCode.AUTHENTICATION,
-            )
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def redact(self, text: str) -> str:
-        return text.replace(self._value, "***") if self._value else text
-
-    def __repr__(self) -> str:
-        return "ApiKey('***')"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("ApiKey cannot be pickled")
 
 
 @frozen
@@ -170,28 +135,13 @@ class HttpSseProvider(ABC):
     default_name: ClassVar[str]
     default_key_env: ClassVar[str]
 
-    def __init__(
-        self,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        *,
-        name: str | None = None,
-        key_env: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
-    ) -> None:
-        self.name = name or self.default_name
-        self.base_url = (base_url or self.default_base_url).rstrip("/")
-        self.key_env = key_env or self.default_key_env
-        self._key = ApiKey(api_key, "api_key=") if api_key else None
-        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        policy = retry if retry is not None else RetryPolicy()
-        self.retry = (
-            policy if max_retries is None else attrs.evolve(policy, max_retries=max_retries)
-        )
-        self._context_windows = dict(context_windows or {})
+    def __init__(self, settings: HttpSettings) -> None:
+        self.settings = settings
+        self.name = settings.name or self.default_name
+        self.base_url = (settings.base_url or self.default_base_url).rstrip("/")
+        self.key_env = settings.key_env or self.default_key_env
+        self._key = settings.api_key
+        self.retry = settings.retry_policy
         self._http: httpx.AsyncClient | None = None
         self._http_run: trio.lowlevel.TrioToken | None = None
         self._opening: tuple[trio.lowlevel.TrioToken, trio.Lock] | None = None
@@ -200,7 +150,7 @@ class HttpSseProvider(ABC):
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"
 
     def model_info(self, model: str) -> ModelInfo | None:
-        window = self._context_windows.get(model)
+        window = self.settings.context_windows.get(model)
         return ModelInfo(window) if window is not None else None
 
     def _api_key(self) -> ApiKey:
@@ -234,9 +184,9 @@ class HttpSseProvider(ABC):
             self._opening = (token, trio.Lock())
         async with self._opening[1]:
             if self._http is None or self._http_run is not token:
-                timeout = self._timeout
+                timeout, transport = self.settings.timeout, self.settings.transport
                 self._http = await trio.to_thread.run_sync(
-                    lambda: httpx.AsyncClient(timeout=timeout)
+                    lambda: httpx.AsyncClient(timeout=timeout, transport=transport)
                 )
                 self._http_run = token
         return self._http

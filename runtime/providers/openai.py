@@ -10,16 +10,14 @@ billed completion count; `reasoning` is the part of it spent thinking. A refusal
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import httpx
 import trio
 
-from ...codecs.converter import ordered_fragment
-from ..errors import ErrorCode, ProviderError
+from ..errors import CallConfigError, ErrorCode, ProviderError
 from ..log.request import Request
 from ..model.chunks import (
     BlockEnd,
@@ -34,24 +32,16 @@ from ..model.chunks import (
     ToolCallDelta,
     UsageReport,
 )
-from ..model.header import LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
-from ..model.messages import Message, Reasoning, Text, ToolCall, ToolResult
+from .chat_body import DEEPSEEK_CHAT, OPENAI_CHAT, ChatDialect, openai_body
 from .http import (
-    DEFAULT_TIMEOUT,
     HttpSseProvider,
     error_detail,
     error_fields,
-    forced_tool,
     is_openai_endpoint,
-    merge_extra_body,
-    tool_parameters,
     with_extra_headers,
 )
-from .retry import (
-    RetryPolicy,
-    parse_retry_after,
-    status_error,
-)
+from .retry import parse_retry_after, status_error
+from .settings import HttpOptions, HttpSettings, http_settings
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # DeepSeek documents this base for OpenAI-compatible clients ("/v1" also works there).
@@ -60,148 +50,9 @@ DEEPSEEK_BASE_URL = "https://api.deepseek.com"
 _CONTEXT_MARKERS = ("maximum context length", "context_length_exceeded", "context window")
 
 
-def prompt_cache_key(session_id: str) -> str:
-    """A routing key per session that does not disclose the session id."""
-    return "actorloop-" + hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32]
-
-
 def is_context_overflow(message: str, code: str | None) -> bool:
     lowered = message.lower()
     return code == "context_length_exceeded" or any(m in lowered for m in _CONTEXT_MARKERS)
-
-
-def _text_content(texts: list[str]) -> str | list[dict[str, str]]:
-    if len(texts) == 1:
-        return texts[0]
-    if not texts:
-        return ""
-    return [{"type": "text", "text": text} for text in texts]
-
-
-def _wire_messages(message: Message, reasoning_passback: bool) -> list[dict[str, Any]]:
-    if message.role == "assistant":
-        texts = [block.text for block in message.content if isinstance(block, Text)]
-        calls = [block for block in message.content if isinstance(block, ToolCall)]
-        wire: dict[str, Any] = {"role": "assistant"}
-        wire["content"] = "".join(texts) if texts or not calls else None
-        if calls:
-            wire["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments or "{}"},
-                }
-                for call in calls
-            ]
-        # Opaque reasoning of other providers (redacted, encrypted) has no text to pass back.
-        thoughts = [
-            block.text for block in message.content if isinstance(block, Reasoning) and block.text
-        ]
-        if reasoning_passback and thoughts:
-            wire["reasoning_content"] = "".join(thoughts)
-        return [wire]
-    # Tool results must directly follow the assistant tool calls, so they go first;
-    # any text of the same message follows as its own message.
-    results = [block for block in message.content if isinstance(block, ToolResult)]
-    texts = [block.text for block in message.content if isinstance(block, Text)]
-    wires: list[dict[str, Any]] = [
-        {
-            "role": "tool",
-            "tool_call_id": result.tool_call_id,
-            "content": "\n".join(part.text for part in result.content),
-        }
-        for result in results
-    ]
-    if texts or not results:
-        wires.append({"role": message.role, "content": _text_content(texts)})
-    return wires
-
-
-def _function(tool: ToolSchema, strict: bool | None) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name, "parameters": tool_parameters(tool)}
-    if tool.description:
-        function["description"] = tool.description
-    if strict is not None:
-        function["strict"] = strict
-    return function
-
-
-def chat_tool_choice(choice: ToolChoice) -> object:
-    """`tool_choice` in the Chat Completions shape."""
-    if choice.mode == "tool":
-        return {"type": "function", "function": {"name": choice.name}}
-    return choice.mode
-
-
-def chat_response_format(fmt: ResponseFormat) -> dict[str, Any]:
-    """`response_format` in the Chat Completions shape (the schema keeps its key order)."""
-    if fmt.type == "json_object":
-        return {"type": "json_object"}
-    schema: dict[str, Any] = {"name": fmt.name, "schema": ordered_fragment(fmt.schema)}
-    if fmt.strict is not None:
-        schema["strict"] = fmt.strict
-    if fmt.description is not None:
-        schema["description"] = fmt.description
-    return {"type": "json_schema", "json_schema": schema}
-
-
-def _tool_options(body: dict[str, Any], config: LlmCallConfig, has_tools: bool) -> None:
-    # OpenAI rejects tool_choice / parallel_tool_calls on a request without tools; with no
-    # tool to choose from, neither option constrains anything.
-    if not has_tools:
-        return
-    if config.tool_choice is not None:
-        body["tool_choice"] = chat_tool_choice(config.tool_choice)
-    if config.parallel_tool_calls is not None:
-        body["parallel_tool_calls"] = config.parallel_tool_calls
-
-
-def openai_body(
-    request: Request,
-    *,
-    max_tokens_field: str = "max_completion_tokens",
-    reasoning_passback: bool = False,
-    send_prompt_cache_key: bool = True,
-    provider: str = "openai",
-) -> dict[str, Any]:
-    """The Chat Completions body: system message, prefix, history, tools in request order,
-    then the request options of the config (docs/providers.md)."""
-    config = request.config
-    forced_tool(provider, config, request.tools)
-    messages: list[dict[str, Any]] = []
-    if request.system:
-        messages.append({"role": "system", "content": request.system})
-    for message in request.messages:
-        messages.extend(_wire_messages(message, reasoning_passback))
-    body: dict[str, Any] = {
-        "model": config.model,
-        "messages": messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if request.tools:
-        body["tools"] = [
-            {"type": "function", "function": _function(tool, config.strict_tools)}
-            for tool in request.tools
-        ]
-    _tool_options(body, config, bool(request.tools))
-    if config.temperature is not None:
-        body["temperature"] = config.temperature
-    if config.max_tokens is not None:
-        body[max_tokens_field] = config.max_tokens
-    if config.stop:
-        body["stop"] = list(config.stop)
-    if config.response_format is not None:
-        body["response_format"] = chat_response_format(config.response_format)
-    if config.reasoning_effort is not None:
-        body["reasoning_effort"] = config.reasoning_effort
-    if config.user is not None:
-        body["user"] = config.user
-    if config.metadata:
-        body["metadata"] = dict(config.metadata)
-    if send_prompt_cache_key:
-        body["prompt_cache_key"] = prompt_cache_key(request.session_id)
-    return merge_extra_body(body, config)
 
 
 def count(fields: Mapping[str, Any], *names: str) -> int | None:
@@ -450,8 +301,7 @@ class OpenAIChatProvider(HttpSseProvider):
     default_base_url: ClassVar[str] = OPENAI_BASE_URL
     default_name: ClassVar[str] = "openai"
     default_key_env: ClassVar[str] = "OPENAI_API_KEY"
-    max_tokens_field: ClassVar[str] = "max_completion_tokens"
-    reasoning_passback: ClassVar[bool] = False
+    dialect: ClassVar[ChatDialect] = OPENAI_CHAT
     sends_prompt_cache_key: ClassVar[bool] = True
     """Whether the automatic `prompt_cache_key` choice may send it at all."""
 
@@ -460,24 +310,15 @@ class OpenAIChatProvider(HttpSseProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        name: str | None = None,
-        key_env: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
+        settings: HttpSettings | None = None,
         prompt_cache_key: bool | None = None,
+        store: bool = False,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            name=name,
-            key_env=key_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry=retry,
-            context_windows=context_windows,
-        )
+        super().__init__(http_settings(settings, base_url, api_key, options))
+        if store and not self.dialect.store:
+            raise CallConfigError(f"{self.name}: this API keeps no completions (store=True)")
+        self.store = store
         self.send_prompt_cache_key = (
             prompt_cache_key
             if prompt_cache_key is not None
@@ -493,8 +334,8 @@ class OpenAIChatProvider(HttpSseProvider):
         """The Chat Completions body of `request`."""
         return openai_body(
             request,
-            max_tokens_field=self.max_tokens_field,
-            reasoning_passback=self.reasoning_passback,
+            dialect=self.dialect,
+            store=self.store,
             send_prompt_cache_key=self.send_prompt_cache_key,
             provider=self.name,
         )
@@ -544,6 +385,5 @@ class DeepSeekProvider(OpenAIChatProvider):
     default_base_url: ClassVar[str] = DEEPSEEK_BASE_URL
     default_name: ClassVar[str] = "deepseek"
     default_key_env: ClassVar[str] = "DEEPSEEK_API_KEY"
-    max_tokens_field: ClassVar[str] = "max_tokens"
-    reasoning_passback: ClassVar[bool] = True
+    dialect: ClassVar[ChatDialect] = DEEPSEEK_CHAT
     sends_prompt_cache_key: ClassVar[bool] = False

@@ -1,17 +1,19 @@
 """OpenAI Responses adapter: `POST {base_url}/responses`, streamed, stateless.
 
-The log is the state: every request sends the full input with `store: false` and asks for
-`reasoning.encrypted_content`, so reasoning items come back encrypted, are recorded on their
-`Reasoning` blocks (`item_id`, `encrypted_content`) and are replayed from the log in later
-requests. Usage buckets are disjoint: `input = input_tokens − cached_tokens −
-cache_write_tokens`, `output = output_tokens`, `reasoning = reasoning_tokens`.
+The log is the state: every request sends the full input with `store: false` and, for a
+reasoning model, asks for `reasoning.encrypted_content`, so reasoning items come back
+encrypted, are recorded on their `Reasoning` blocks (`item_id`, `encrypted_content`) and
+are replayed from the log in later requests. Usage buckets are disjoint: `input =
+input_tokens − cached_tokens − cache_write_tokens`, `output = output_tokens`, `reasoning =
+reasoning_tokens`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import httpx
 import trio
@@ -34,8 +36,8 @@ from ..model.chunks import (
 )
 from ..model.header import LlmCallConfig, ResponseFormat, ToolChoice
 from ..model.messages import Message, Reasoning, Text, ToolCall, ToolResult
+from .chat_body import prompt_cache_key
 from .http import (
-    DEFAULT_TIMEOUT,
     HttpSseProvider,
     forced_tool,
     invalid_request,
@@ -49,12 +51,12 @@ from .openai import (
     is_context_overflow,
     openai_headers,
     openai_status_error,
-    prompt_cache_key,
     refused,
 )
-from .retry import RetryPolicy
+from .settings import HttpOptions, HttpSettings, http_settings
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
+_REASONING_MODELS = re.compile(r"(o\d|gpt-[5-9]|codex)")
 _SUMMARY_JOINER = "\n\n"
 _FAILURE_CODES = {
     "context_length_exceeded": ErrorCode.CONTEXT_WINDOW_EXCEEDED,
@@ -188,30 +190,56 @@ def _options(body: dict[str, Any], config: LlmCallConfig, has_tools: bool) -> No
         body["metadata"] = dict(config.metadata)
 
 
-def responses_body(
-    request: Request,
-    *,
-    store: bool = False,
-    send_prompt_cache_key: bool = True,
-    provider: str = "openai-responses",
-) -> dict[str, Any]:
-    """The Responses body: `instructions` (the system slot), the full `input`, tools in
-    request order, then the request options of the config (docs/providers.md)."""
-    config = request.config
-    forced_tool(provider, config, request.tools)
+def is_reasoning_model(config: LlmCallConfig) -> bool:
+    """Whether the config asks a reasoning model (one that can return encrypted reasoning):
+    `reasoning_effort` is set, or the model is of the o-series, codex or GPT-5 and later
+    families, but not a `-chat` variant; a gateway's `vendor/` prefix is ignored."""
+    if config.reasoning_effort is not None:
+        return True
+    model = config.model.rpartition("/")[2].lower()
+    return bool(_REASONING_MODELS.match(model)) and "-chat" not in model
+
+
+def _refusals(provider: str, config: LlmCallConfig) -> None:
     if config.stop:
         raise invalid_request(provider, "the Responses API has no stop sequences (stop=...)")
     if config.thinking_budget is not None:
         raise invalid_request(
             provider, "thinking_budget is Anthropic's; the Responses API takes reasoning_effort"
         )
+    for option in ("cache_ttl", "cache_breakpoints"):
+        if getattr(config, option) is not None:
+            raise invalid_request(
+                provider, f"{option} is an Anthropic option; the Responses API caches by itself"
+            )
+
+
+def responses_body(
+    request: Request,
+    *,
+    store: bool = False,
+    encrypted_reasoning: bool | None = None,
+    send_prompt_cache_key: bool = True,
+    provider: str = "openai-responses",
+) -> dict[str, Any]:
+    """The Responses body: `instructions` (the system slot), the full `input`, tools in
+    request order, then the request options of the config (docs/providers.md).
+
+    Without `store`, encrypted reasoning is asked for when `encrypted_reasoning` is True, or
+    when it is None (automatic) and `is_reasoning_model(config)`: other models refuse it."""
+    config = request.config
+    forced_tool(provider, config, request.tools)
+    _refusals(provider, config)
     body: dict[str, Any] = {
         "model": config.model,
         "input": responses_input(request, store=store),
         "stream": True,
         "store": store,
     }
-    if not store:
+    wants_reasoning = (
+        encrypted_reasoning if encrypted_reasoning is not None else is_reasoning_model(config)
+    )
+    if not store and wants_reasoning:
         body["include"] = [ENCRYPTED_REASONING]
     if request.system:
         body["instructions"] = request.system
@@ -279,6 +307,8 @@ class _ResponsesStreamMapper:
         self._parts: dict[int, int] = {}
         self._tools: list[int] = []
         self._refusal: list[str] = []
+        self._saw_items = False
+        self._late: list[StreamChunk] = []
         self.usage: TokenUsage | None = None
         self.finish: Finish | None = None
 
@@ -313,6 +343,7 @@ class _ResponsesStreamMapper:
         if not isinstance(output, int) or isinstance(output, bool):
             raise self._protocol(f"{kind} without an output_index")
         if kind == "response.output_item.added":
+            self._saw_items = True
             return self._added(output, payload.get("item") or {})
         if kind in ("response.output_text.delta", "response.refusal.delta"):
             return self._text(kind, (output, 1 + int(payload.get("content_index", 0))), payload)
@@ -327,6 +358,7 @@ class _ResponsesStreamMapper:
             part_field = "summary_index" if "summary" in kind else "content_index"
             return self._reasoning(output, int(payload.get(part_field, 0)), payload.get("delta"))
         if kind == "response.output_item.done":
+            self._saw_items = True
             return self._done(output, payload.get("item") or {})
         return []
 
@@ -417,8 +449,20 @@ class _ResponsesStreamMapper:
                 out.append(BlockEnd(self._blocks[key]))
         return out
 
+    def _items_of(self, response: Mapping[str, Any]) -> list[StreamChunk]:
+        # Some servers send the output only inside the terminal response, with no item
+        # events: read each item as if it had been added and done in one go.
+        out: list[StreamChunk] = []
+        for output, item in enumerate(response.get("output") or ()):
+            if isinstance(item, dict):
+                out += self._added(output, item)
+                out += self._done(output, item)
+        return out
+
     def end(self, kind: str, response: Mapping[str, Any]) -> None:
         """Take the terminal event (`response.completed`, `.incomplete` or `.failed`)."""
+        if not self._saw_items and not self._blocks and kind != "response.failed":
+            self._late = self._items_of(response)
         usage = response.get("usage")
         if isinstance(usage, dict):
             self.usage = usage_from_responses(usage)
@@ -446,7 +490,7 @@ class _ResponsesStreamMapper:
 
     def final(self) -> list[StreamChunk]:
         assert self.finish is not None
-        out: list[StreamChunk] = []
+        out: list[StreamChunk] = list(self._late)
         if self.usage is not None:
             out.append(UsageReport(self.usage))
         out.append(self.finish)
@@ -460,8 +504,10 @@ class OpenAIResponsesProvider(HttpSseProvider):
     """Streams `POST {base_url}/responses`; `base_url` ends in `/v1` as in the openai SDK.
 
     `store=False` (the default) keeps nothing on OpenAI's side: the full input is sent every
-    time and reasoning is replayed from its encrypted content. `prompt_cache_key` behaves as
-    in `OpenAIChatProvider` (default: sent to OpenAI's own endpoint only).
+    time and reasoning is replayed from its encrypted content. `encrypted_reasoning` asks for
+    that content: None (the default) for reasoning models only (`is_reasoning_model`), True
+    or False always or never. `prompt_cache_key` behaves as in `OpenAIChatProvider`
+    (default: sent to OpenAI's own endpoint only).
     """
 
     default_base_url: ClassVar[str] = OPENAI_BASE_URL
@@ -473,26 +519,15 @@ class OpenAIResponsesProvider(HttpSseProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        name: str | None = None,
-        key_env: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        context_windows: Mapping[str, int] | None = None,
+        settings: HttpSettings | None = None,
         prompt_cache_key: bool | None = None,
         store: bool = False,
+        encrypted_reasoning: bool | None = None,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            api_key,
-            name=name,
-            key_env=key_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry=retry,
-            context_windows=context_windows,
-        )
+        super().__init__(http_settings(settings, base_url, api_key, options))
         self.store = store
+        self.encrypted_reasoning = encrypted_reasoning
         self.send_prompt_cache_key = (
             prompt_cache_key if prompt_cache_key is not None else is_openai_endpoint(self.base_url)
         )
@@ -507,6 +542,7 @@ class OpenAIResponsesProvider(HttpSseProvider):
         return responses_body(
             request,
             store=self.store,
+            encrypted_reasoning=self.encrypted_reasoning,
             send_prompt_cache_key=self.send_prompt_cache_key,
             provider=self.name,
         )

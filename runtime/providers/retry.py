@@ -92,14 +92,17 @@ async def _default_sleep(seconds: float) -> None:
 class RetryPolicy:
     """Bounded exponential backoff with full jitter; a server `retry-after` replaces it.
 
-    `sleep` is injectable so tests can record the waits instead of sleeping. A
-    `retry-after` longer than `max_retry_after` is not waited for: the error surfaces.
+    Every wait is at least `min_delay`, so a jittered draw near zero or a `retry-after`
+    date already past never turns into back-to-back retries. `sleep` is injectable so tests
+    can record the waits instead of sleeping. A `retry-after` longer than `max_retry_after`
+    is not waited for: the error surfaces.
     """
 
     max_retries: int = 3
     base_delay: float = 0.5
     max_delay: float = 20.0
     max_retry_after: float = 60.0
+    min_delay: float = 0.1
     sleep: Callable[[float], Awaitable[None]] = field(default=_default_sleep, repr=False)
 
     def _should_retry(self, exc: BaseException) -> bool:
@@ -111,9 +114,9 @@ class RetryPolicy:
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
         if isinstance(exc, TransientProviderError) and exc.retry_after is not None:
-            return exc.retry_after
+            return max(self.min_delay, exc.retry_after)
         backoff = wait_random_exponential(multiplier=self.base_delay, max=self.max_delay)
-        return float(backoff(state))
+        return max(self.min_delay, float(backoff(state)))
 
     def _before_sleep(self, state: RetryCallState) -> None:
         outcome = state.outcome

@@ -47,7 +47,7 @@ from ..model.chunks import (
 from ..model.messages import ToolResult
 from .anthropic import anthropic_body
 from .base import ModelInfo
-from .openai import openai_body
+from .chat_body import openai_body
 
 SimMode: TypeAlias = Literal["anthropic", "openai"]
 ToolPolicy: TypeAlias = Callable[[Request], Sequence[tuple[str, Mapping[str, Any]]]]

@@ -1,12 +1,14 @@
-"""Shared pieces of the HTTP adapter tests: an injected backoff sleep, request parts and the
-stream fixtures of tests/fixtures/providers."""
+"""Shared pieces of the HTTP adapter tests: an injected backoff sleep, request parts, the
+stream fixtures of tests/fixtures/providers, and an in-process httpx transport for checks of
+the bytes sent (the real server in sse_server.py stays for streams, timeouts and retries)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from sse_server import Reply
+import httpx
+from sse_server import Recorded, Reply, json_reply
 
 from actorloop.runtime.log.header_algebra import fold
 from actorloop.runtime.log.request import Request
@@ -83,3 +85,28 @@ def rebuilt_requests(session_id: str, events: Sequence[SessionEvent]) -> list[Re
             )
         )
     return requests
+
+
+class WireCapture:
+    """An `httpx.MockTransport` handler: records each request an adapter sends (through its
+    `transport=` setting) and answers with the next scripted reply, whole."""
+
+    def __init__(self, *replies: Reply) -> None:
+        self.requests: list[Recorded] = []
+        self._replies = list(replies)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(
+            Recorded(request.method, request.url.path, dict(request.headers), request.content)
+        )
+        reply = (
+            self._replies.pop(0)
+            if self._replies
+            else json_reply(500, {"error": {"message": "capture script exhausted"}})
+        )
+        headers = {"content-type": reply.content_type, **dict(reply.headers)}
+        return httpx.Response(reply.status, headers=headers, content=b"".join(reply.pieces))
+
+    @property
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self)

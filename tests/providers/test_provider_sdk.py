@@ -1,9 +1,9 @@
 """Our wire bodies and stream readings against the official SDKs (`openai`, `anthropic`).
 
-Bodies: the same conversation is built once as our `Request` (sent over the real local SSE
-server) and once through the SDK's own typed request methods; the SDK's request goes to an
-httpx MockTransport that only captures its body. The two must agree field by field, and a
-tool or response schema must keep its key order in both.
+Bodies: the same conversation is built once as our `Request` (sent through an httpx
+MockTransport given as our adapter's `transport=`) and once through the SDK's own typed
+request methods, whose request goes to a MockTransport that only captures its body. The two
+must agree field by field, and a tool or response schema must keep its key order in both.
 
 Streams: each fixture of tests/fixtures/providers is read by our adapter over the real
 server and by the SDK's own stream accumulator (fed the same bytes through the transport);
@@ -22,7 +22,7 @@ import httpx2
 import openai
 import orjson
 import pytest
-from provider_kit import Waits, assemble, fixture_bytes, fixture_stream
+from provider_kit import WireCapture, assemble, fixture_bytes, fixture_stream
 from sse_server import SseServer
 
 from actorloop.runtime.log.request import Request
@@ -30,11 +30,13 @@ from actorloop.runtime.model.chunks import Finish, StreamChunk
 from actorloop.runtime.model.header import LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
 from actorloop.runtime.model.messages import Message, Reasoning, Text, ToolCall, ToolResult
 from actorloop.runtime.providers.anthropic import AnthropicProvider
-from actorloop.runtime.providers.openai import OpenAIChatProvider, prompt_cache_key
+from actorloop.runtime.providers.chat_body import prompt_cache_key
+from actorloop.runtime.providers.openai import OpenAIChatProvider
 from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 
 KEY = "sk-test-sdk-key-0005"
+BASE = "http://ours.test"
 SESSION = "session-sdk"
 EMPTY_STREAM = b"data: [DONE]\n\n"
 
@@ -138,15 +140,18 @@ def assert_same_fields(ours: Mapping[str, Any], sdk: Mapping[str, Any]) -> None:
         assert ours[field] == sdk[field], field
 
 
-async def ours_on_the_wire(server: SseServer, provider: Any, request: Request) -> Any:
-    """The body our adapter sent over the real socket (the stream answer is irrelevant)."""
-    server.push(fixture_stream("responses_text_cached.sse"))
-    async for _chunk in provider.stream(request):
+async def ours_on_the_wire(
+    make: Callable[..., Any], request: Request, fixture: str
+) -> tuple[Any, Mapping[str, str]]:
+    """The body and headers our adapter `make(transport=...)` sent for `request`."""
+    capture = WireCapture(fixture_stream(fixture))
+    async for _chunk in make(transport=capture.transport).stream(request):
         pass
-    return orjson.loads(server.requests[-1].body)
+    [seen] = capture.requests
+    return orjson.loads(seen.body), seen.headers
 
 
-async def test_chat_completions_body_matches_the_sdk(server: SseServer, waits: Waits) -> None:
+async def test_chat_completions_body_matches_the_sdk() -> None:
     config = LlmCallConfig(
         "gpt-4.1",
         temperature=0.2,
@@ -161,13 +166,11 @@ async def test_chat_completions_body_matches_the_sdk(server: SseServer, waits: W
         metadata={"team": "core"},
         extra_body={"store": True},
     )
-    provider = OpenAIChatProvider(
-        server.url + "/v1", KEY, retry=RetryPolicy(sleep=waits), prompt_cache_key=True
+    ours, _headers = await ours_on_the_wire(
+        lambda **kw: OpenAIChatProvider(BASE + "/v1", KEY, prompt_cache_key=True, **kw),
+        request_of(config),
+        "openai_chat_refusal.sse",
     )
-    server.push(fixture_stream("openai_chat_refusal.sse"))
-    async for _chunk in provider.stream(request_of(config)):
-        pass
-    ours = orjson.loads(server.requests[-1].body)
 
     capture = Capture()
     drain(
@@ -221,7 +224,7 @@ async def test_chat_completions_body_matches_the_sdk(server: SseServer, waits: W
                 "json_schema": {"name": "verdict", "schema": ANSWER_SCHEMA, "strict": True},
             },
             reasoning_effort="low",
-            user="user-hash-1",
+            safety_identifier="user-hash-1",
             metadata={"team": "core"},
             store=True,
             prompt_cache_key=prompt_cache_key(SESSION),
@@ -237,7 +240,7 @@ async def test_chat_completions_body_matches_the_sdk(server: SseServer, waits: W
     assert schema_order(ours, sdk, lambda body: body["response_format"]["json_schema"]["schema"])
 
 
-async def test_messages_body_matches_the_sdk(server: SseServer, waits: Waits) -> None:
+async def test_messages_body_matches_the_sdk() -> None:
     config = LlmCallConfig(
         "claude-model-under-test",
         max_tokens=4096,
@@ -251,13 +254,12 @@ async def test_messages_body_matches_the_sdk(server: SseServer, waits: Waits) ->
         user="user-hash-1",
         extra_headers={"anthropic-beta": "context-1m-2025-08-07"},
     )
-    provider = AnthropicProvider(server.url, KEY, retry=RetryPolicy(sleep=waits))
-    server.push(fixture_stream("anthropic_redacted_thinking.sse"))
-    async for _chunk in provider.stream(request_of(config, SIGNED, REDACTED)):
-        pass
-    seen = server.requests[-1]
-    ours = orjson.loads(seen.body)
-    assert seen.headers["anthropic-beta"] == "context-1m-2025-08-07"
+    ours, headers = await ours_on_the_wire(
+        lambda **kw: AnthropicProvider(BASE, KEY, **kw),
+        request_of(config, SIGNED, REDACTED),
+        "anthropic_redacted_thinking.sse",
+    )
+    assert headers["anthropic-beta"] == "context-1m-2025-08-07"
 
     hour = {"type": "ephemeral", "ttl": "1h"}
     capture = Capture(fixture_bytes("anthropic_redacted_thinking.sse"))
@@ -328,7 +330,7 @@ async def test_messages_body_matches_the_sdk(server: SseServer, waits: Waits) ->
     assert capture.headers[0]["anthropic-beta"] == "context-1m-2025-08-07"
 
 
-async def test_responses_body_matches_the_sdk(server: SseServer, waits: Waits) -> None:
+async def test_responses_body_matches_the_sdk() -> None:
     config = LlmCallConfig(
         "gpt-5",
         max_tokens=1024,
@@ -339,10 +341,11 @@ async def test_responses_body_matches_the_sdk(server: SseServer, waits: Waits) -
         user="user-hash-1",
         metadata={"team": "core"},
     )
-    provider = OpenAIResponsesProvider(
-        server.url + "/v1", KEY, retry=RetryPolicy(sleep=waits), prompt_cache_key=True
+    ours, _headers = await ours_on_the_wire(
+        lambda **kw: OpenAIResponsesProvider(BASE + "/v1", KEY, prompt_cache_key=True, **kw),
+        request_of(config, ENCRYPTED),
+        "responses_text_cached.sse",
     )
-    ours = await ours_on_the_wire(server, provider, request_of(config, ENCRYPTED))
 
     capture = Capture()
     drain(

@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 import pytest
-from provider_kit import PREFIX, TOOLS, Waits, assemble, fixture_stream
+from provider_kit import PREFIX, TOOLS, Waits, WireCapture, assemble, fixture_stream
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, anthropic_stream, json_reply
 
 from actorloop.codecs.converter import ordered_fragment
@@ -42,7 +42,7 @@ def anthropic(server: SseServer, waits: Waits, **kwargs: Any) -> AnthropicProvid
 def make_request(
     *history: Message, prefix: tuple[Message, ...] = PREFIX, tools: tuple[ToolSchema, ...] = TOOLS
 ) -> Request:
-    config = LlmCallConfig("claude-test", temperature=0.5, stop=("END",))
+    config = LlmCallConfig("claude-test", stop=("END",))
     return Request(
         "session-1", config, "You are terse.", tools, prefix + history, prefix_length=len(prefix)
     )
@@ -129,7 +129,6 @@ async def test_text_stream_usage_and_exact_request(server: SseServer, waits: Wai
         "model": "claude-test",
         "max_tokens": 8192,
         "stream": True,
-        "temperature": 0.5,
         "stop_sequences": ["END"],
         "tools": [
             {
@@ -297,6 +296,24 @@ async def test_max_tokens_stop_reason(server: SseServer, waits: Waits) -> None:
     )
     chunks = await collect(anthropic(server, waits), make_request(Message.user("hi")))
     assert chunks[-2:] == [UsageReport(TokenUsage(input=5, output=7)), Finish("max-tokens")]
+
+
+async def test_a_paused_turn_is_not_a_completed_one(server: SseServer, waits: Waits) -> None:
+    server.push(
+        anthropic_stream(
+            message_start(input_tokens=5),
+            block_start(0, {"type": "text", "text": ""}),
+            block_delta(0, type="text_delta", text="Searching"),
+            block_stop(0),
+            message_delta("pause_turn", 3),
+            MESSAGE_STOP,
+        )
+    )
+    chunks = await collect(anthropic(server, waits), make_request(Message.user("hi")))
+    assert assemble(chunks).content() == (Text("Searching"),)
+    finish = chunks[-1]
+    assert isinstance(finish, Finish) and finish.kind == "error" and finish.error is not None
+    assert finish.error.code == "PROVIDER_ERROR" and "pause_turn" in finish.error.message
 
 
 async def test_error_event_mid_stream(server: SseServer, waits: Waits) -> None:
@@ -495,7 +512,6 @@ def test_thinking_options_are_checked_when_the_config_is_made(
     ("provider_budget", "config", "problem"),
     [
         (2048, {"max_tokens": 1024}, "thinking_budget 2048 must be below max_tokens 1024"),
-        (2048, {"temperature": 0.7}, "temperature 0.7 cannot be combined with thinking"),
         (2048, {"tool_choice": "required"}, "tool_choice 'required' cannot be combined"),
         (None, {"thinking_budget": 9000}, "thinking_budget 9000 must be below max_tokens 8192"),
     ],
@@ -555,8 +571,8 @@ def test_tool_choice_and_parallel_calls(config: dict[str, Any], tool_choice: Any
     assert body.get("tool_choice") == tool_choice
 
 
-async def test_request_options_version_and_headers(server: SseServer, waits: Waits) -> None:
-    server.push(HELLO)
+async def test_request_options_version_and_headers() -> None:
+    capture = WireCapture(HELLO)
     schema = {"type": "object", "properties": {"reasoning": {}, "answer": {}}}
     config = LlmCallConfig(
         "claude-test",
@@ -567,9 +583,12 @@ async def test_request_options_version_and_headers(server: SseServer, waits: Wai
         extra_body={"service_tier": "standard_only"},
         extra_headers={"anthropic-beta": "fine-grained-tool-streaming-2025-05-14"},
     )
-    provider = anthropic(server, waits, api_version="2026-10-21")
+    provider = AnthropicProvider(
+        "http://anthropic.test", KEY, api_version="2026-10-21", transport=capture.transport
+    )
     await collect(provider, attrs.evolve(make_request(Message.user("hi")), config=config))
-    [seen] = server.requests
+    [seen] = capture.requests
+    assert seen.path == "/v1/messages"
     body = seen.json()
     assert seen.headers["anthropic-version"] == "2026-10-21"
     assert seen.headers["anthropic-beta"] == "fine-grained-tool-streaming-2025-05-14"
@@ -592,6 +611,9 @@ async def test_request_options_version_and_headers(server: SseServer, waits: Wai
         ({"metadata": {"team": "core"}}, "takes only user_id in metadata"),
         ({"response_format": ResponseFormat("json_object")}, "no json_object output mode"),
         ({"tool_choice": ToolChoice.tool("nope")}, "does not offer"),
+        # anthropic 2.15's messages.create has no temperature parameter any more.
+        ({"temperature": 0.5}, "takes no temperature"),
+        ({"temperature": 1.0}, "takes no temperature"),
     ],
 )
 def test_options_the_messages_api_cannot_take_are_refused(

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from provider_kit import PREFIX, TOOLS, Waits, assemble, fixture_stream
+from provider_kit import PREFIX, TOOLS, Waits, WireCapture, assemble, fixture_stream
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, json_reply, openai_stream
 
 from actorloop.codecs.converter import ordered_fragment
@@ -369,7 +369,7 @@ async def test_500_then_success_with_jittered_backoff(server: SseServer, waits: 
     assert chunks == HELLO_CHUNKS
     assert len(server.requests) == 2
     [wait] = waits.calls
-    assert 0.0 <= wait <= 0.5
+    assert 0.1 <= wait <= 0.5  # full jitter, floored at RetryPolicy.min_delay
 
 
 async def test_retries_are_bounded(server: SseServer, waits: Waits) -> None:
@@ -608,8 +608,8 @@ async def test_a_refusal_is_an_error_that_keeps_its_text(server: SseServer, wait
     )
 
 
-async def test_request_options_and_extra_headers(server: SseServer, waits: Waits) -> None:
-    server.push(HELLO)
+async def test_request_options_and_extra_headers() -> None:
+    capture = WireCapture(HELLO)
     schema = {"type": "object", "properties": {"reasoning": {}, "answer": {}}}
     config = LlmCallConfig(
         "gpt-test",
@@ -624,9 +624,13 @@ async def test_request_options_and_extra_headers(server: SseServer, waits: Waits
         extra_headers={"X-Gateway-Route": "blue"},
     )
     request = Request("s", config, None, TOOLS, (Message.user("hi"),))
-    await collect(openai(server, waits), request)
-    [seen] = server.requests
+    provider = OpenAIChatProvider(
+        "http://gateway.test/v1", KEY, store=True, transport=capture.transport
+    )
+    await collect(provider, request)
+    [seen] = capture.requests
     body = seen.json()
+    assert seen.path == "/v1/chat/completions"
     assert body["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
     assert body["parallel_tool_calls"] is False
     assert [tool["function"]["strict"] for tool in body["tools"]] == [True, True]
@@ -635,7 +639,9 @@ async def test_request_options_and_extra_headers(server: SseServer, waits: Waits
         "json_schema": {"name": "verdict", "schema": schema, "description": "d"},
     }
     assert body["reasoning_effort"] == "minimal"
-    assert body["user"] == "u-1" and body["metadata"] == {"k": "v"}
+    # `user` is deprecated in the SDK for safety_identifier; metadata is kept only if stored.
+    assert body["safety_identifier"] == "u-1" and "user" not in body
+    assert body["metadata"] == {"k": "v"} and body["store"] is True
     assert body["thinking"] == {"type": "enabled"}
     assert body["stream_options"] == {"include_usage": False}  # extra_body wins
     assert seen.headers["x-gateway-route"] == "blue"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from provider_kit import PREFIX, TOOLS, Waits, assemble, fixture_stream
+from provider_kit import PREFIX, TOOLS, Waits, WireCapture, assemble, fixture_stream
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, json_reply, sse_event
 
 from actorloop.runtime.errors import ProviderError
@@ -24,7 +24,7 @@ from actorloop.runtime.model.chunks import (
 )
 from actorloop.runtime.model.header import LlmCallConfig, ResponseFormat, ToolChoice
 from actorloop.runtime.model.messages import Message, Reasoning, Text, ToolCall, ToolResult
-from actorloop.runtime.providers.openai import prompt_cache_key
+from actorloop.runtime.providers.chat_body import prompt_cache_key
 from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 
@@ -200,8 +200,8 @@ async def test_reasoning_that_cannot_be_replayed_is_not_sent(
     ]
 
 
-async def test_request_options_reach_the_body(server: SseServer, waits: Waits) -> None:
-    server.push(fixture_stream("responses_text_cached.sse"))
+async def test_request_options_reach_the_body() -> None:
+    capture = WireCapture(fixture_stream("responses_text_cached.sse"))
     schema = {"type": "object", "properties": {"reasoning": {}, "answer": {}}}
     config = LlmCallConfig(
         "gpt-5",
@@ -216,9 +216,12 @@ async def test_request_options_reach_the_body(server: SseServer, waits: Waits) -
         extra_body={"reasoning": {"effort": "low", "summary": "auto"}, "service_tier": "flex"},
         extra_headers={"OpenAI-Beta": "responses=v1"},
     )
-    provider = responses(server, waits, prompt_cache_key=True)
+    provider = OpenAIResponsesProvider(
+        "http://r.test/v1", KEY, prompt_cache_key=True, transport=capture.transport
+    )
     await collect(provider, make_request(Message.user("hi"), config=config))
-    [seen] = server.requests
+    [seen] = capture.requests
+    assert seen.path == "/v1/responses"
     body = seen.json()
     assert body["tool_choice"] == {"type": "function", "name": "lookup"}
     assert body["parallel_tool_calls"] is False
@@ -296,6 +299,44 @@ async def test_whole_items_without_deltas_still_assemble(server: SseServer, wait
     chunks = await collect(responses(server, waits), make_request(Message.user("hi")))
     assert assemble(chunks).content() == (Text("done"), ToolCall("c1", "now", "{}"))
     assert chunks[-1] == Finish("tool-calls")
+
+
+@pytest.mark.parametrize("kind", ["response.completed", "response.incomplete"])
+async def test_items_only_inside_the_terminal_response_still_assemble(
+    server: SseServer, waits: Waits, kind: str
+) -> None:
+    """A server that sends no item events puts the whole output in the terminal response."""
+    output = [
+        {"type": "reasoning", "id": "rs_9", "summary": [{"type": "summary_text", "text": "hm"}],
+         "encrypted_content": ENCRYPTED},
+        {"type": "message", "content": [{"type": "output_text", "text": "It is noon."}]},
+        {"type": "function_call", "call_id": "c1", "name": "now", "arguments": '{"tz":"UTC"}'},
+    ]  # fmt: skip
+    terminal = {"type": kind, "response": {"output": output, "usage": {"input_tokens": 9}}}
+    if kind == "response.incomplete":
+        terminal["response"]["incomplete_details"] = {"reason": "max_output_tokens"}
+    server.push(events({"type": "response.created", "response": {}}, terminal))
+    chunks = await collect(responses(server, waits), make_request(Message.user("hi")))
+    assert assemble(chunks).content() == (
+        Reasoning("hm", encrypted_content=ENCRYPTED, item_id="rs_9"),
+        Text("It is noon."),
+        ToolCall("c1", "now", '{"tz":"UTC"}'),
+    )
+    assert chunks[-1] == Finish("tool-calls" if kind == "response.completed" else "max-tokens")
+
+
+async def test_items_streamed_as_deltas_are_not_read_twice_from_the_terminal_response(
+    server: SseServer, waits: Waits
+) -> None:
+    message = {"type": "message", "content": [{"type": "output_text", "text": "once"}]}
+    server.push(
+        events(
+            {"type": "response.output_text.delta", "output_index": 0, "delta": "once"},
+            completed(output=[message]),
+        )
+    )
+    chunks = await collect(responses(server, waits), make_request(Message.user("hi")))
+    assert assemble(chunks).content() == (Text("once"),)
 
 
 @pytest.mark.parametrize(

@@ -259,3 +259,16 @@ async def test_reading_a_longer_prefix_keeps_the_prefix_entry_alive(autojump_clo
     # compaction) still reads it: every tail read refreshed it.
     rewritten = await usage_of(sim, make_request(Message.user("summary"), Message.user("q")))
     assert rewritten.cache_read == sim.prompt_tokens(make_request())
+
+
+@pytest.mark.parametrize(
+    ("mode", "option"),
+    [("anthropic", {"temperature": 0.2}), ("openai", {"cache_ttl": "1h"})],
+)
+async def test_the_simulator_refuses_what_its_real_adapter_refuses(
+    mode: SimMode, option: dict[str, Any]
+) -> None:
+    request = Request("s", LlmCallConfig("m", **option), None, (), (Message.user("hi"),))
+    with pytest.raises(ProviderError) as caught:
+        await run(SimProvider(mode), request)
+    assert caught.value.code == "INVALID_REQUEST"
