@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, TypeAlias
 
-from attrs import frozen
+from attrs import field, frozen
 
 from ...codecs.jsonvalue import FrozenDict
 from ..model.events import SessionEvent, TurnEnd, TurnEndKind, TurnStart
@@ -49,7 +49,7 @@ class SessionSummary:
     labels: FrozenDict
     inherited_turns: int = 0
     inherited_events: int = 0
-    inherited_usage: UsageTotals = UsageTotals()
+    inherited_usage: UsageTotals = field(factory=UsageTotals)
 
     @property
     def own_turns(self) -> int:

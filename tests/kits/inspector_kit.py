@@ -1,6 +1,7 @@
 """What the inspector tests share: a store the demo workload (and the pressure workload,
 whose compaction busts the cache) wrote, with a few sessions more — a cache story whose
-system prompt, tools, prefix and surface change, a deeper fork family, a damaged session —
+system prompt, tools, prefix and surface change, a deeper fork family, a cancelled prompt
+followed by the next one, a damaged session —
 and a model whose call waits on a gate the test opens. Everything is real: the workloads'
 runtime and simulator, a real SQLite file, the real loop."""
 
@@ -28,6 +29,7 @@ from actorloop.runtime.stores.base import open_store
 
 STORY = "cache-story"
 DAMAGED = "damaged-example"
+CANCELLED = "cancelled-prompt"
 SKILLS = "Available skills:\n" + "\n".join(
     f"- skill-{index}: does thing number {index} carefully, with checks and a report" * 2
     for index in range(40)
@@ -62,6 +64,7 @@ class DemoStore:
     family: tuple[str, ...]
     story: str = STORY
     damaged: str = DAMAGED
+    cancelled: str = CANCELLED
 
     def session(self, run: str, name: str) -> str:
         """A workload session's id (`coordinator`, `worker-0`, `worker-0-fork`, ...)."""
@@ -112,15 +115,35 @@ async def _family(rt: Runtime, worker: str) -> tuple[str, ...]:
     return (worker, f"{worker}-fork", alt.id, deeper.id)
 
 
+async def _cancelled(rt: Runtime) -> None:
+    """A prompt cancelled as its request went out, then the next prompt: the answer to the
+    second sees both, two user messages in a row."""
+    agent = await rt.spawn(AgentOptions(model="sim-1"), session_id=CANCELLED)
+    await agent.send("First, a question that completes.")
+
+    async def cancel_at_request(handle: Any, config: Any, next: Any) -> Any:
+        handle.cancel("the user pressed stop")
+        return await next()
+
+    unsubscribe = agent.on("agent/request", cancel_at_request)
+    try:
+        await agent.send("A prompt the user cancelled.")
+    finally:
+        unsubscribe()
+    await agent.send("The prompt after the cancelled one.")
+    await agent.dispose()
+
+
 async def populate(url: str) -> DemoStore:
-    """Run the demo and pressure workloads into `url`, then add the story, the family and
-    a session whose stored event is then damaged."""
+    """Run the demo and pressure workloads into `url`, then add the story, the family, a
+    cancelled prompt and a session whose stored event is then damaged."""
     # the runtime a workload opens closes its store: one store object per workload
     demo = await run_workload(find_workload("demo"), open_store(url), make_sim(0, None))
     pressure = await run_workload(find_workload("pressure"), open_store(url), make_sim(0, 1400))
     async with Runtime.open(store=url, provider=make_sim(0, None)) as rt:
         await _story(rt)
         family = await _family(rt, f"{demo.run_id}-worker-0")
+        await _cancelled(rt)
         broken = await rt.spawn(AgentOptions(model="sim-1"), session_id=DAMAGED)
         await broken.send("This session's log gets damaged on disk.")
     path = url.removeprefix("sqlite:")

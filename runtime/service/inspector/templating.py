@@ -25,6 +25,7 @@ from ...cli.render import (
 )
 from ...model.events import DATA_BY_TYPE, SessionEvent
 from ...model.messages import Block, Reasoning, Text, ToolCall
+from .cache_notes import harmless, why_uncached
 from .listing import KINDS, PER_PAGE, STATUSES
 
 SORT_LABELS = (
@@ -114,11 +115,13 @@ def environment() -> Environment:
         plural=plural,
         ms=milliseconds,
         clock=clock,
+        why_uncached=why_uncached,
         pretty_json=pretty_json,
         event_json=event_json,
         block_kind=block_kind,
         arguments=arguments_text,
     )
+    env.tests["harmless"] = harmless
     env.globals["event_types"] = " ".join(sorted(DATA_BY_TYPE))
     env.globals.update(statuses=STATUSES, kinds=KINDS, sorts=SORT_LABELS, default_per_page=PER_PAGE)
     return env

@@ -10,6 +10,7 @@ from typing import Any
 
 from attrs import evolve, frozen
 
+from ....codecs.jsonvalue import FrozenDict
 from ...errors import ActorloopError, SessionNotFound
 from ...log.cache_health import RequestCache, cache_health
 from ...log.rebuild import RebuiltRequest, rebuild_request
@@ -20,6 +21,7 @@ from ...model.header import EpochHeader
 from ...model.meta import DamagedSession, SessionMeta
 from ..service import SessionService
 from .chart import CacheChart, cache_chart
+from .history import HistoryOrigin, history_origins
 from .listing import MAX_PER_PAGE, RowStats, SessionQuery, row_stats
 from .timeline import Timeline, build_timeline
 from .tree import FamilyTree, Lineage, family_tree, lineage_of
@@ -71,7 +73,8 @@ class SessionListing:
 @frozen
 class SessionPage:
     """One session: its summary, lineage, the live agent's status, the folded header now,
-    its timeline, and the seq its live view follows from."""
+    its timeline, the forks taken from it and the subagent session each spawning tool call
+    started (`subagents`: call id → session id)."""
 
     id: str
     meta: SessionMeta
@@ -80,7 +83,21 @@ class SessionPage:
     live: str | None
     header: EpochHeader | None
     timeline: Timeline
-    requests: int
+    forks: tuple[ForkPoint, ...]
+    subagents: FrozenDict
+
+    def forks_in(self, start_seq: int, end_seq: int | None) -> tuple[ForkPoint, ...]:
+        """The forks taken at a seq from `start_seq` to `end_seq` (open: to the end)."""
+        last = self.timeline.last_seq if end_seq is None else end_seq
+        return tuple(fork for fork in self.forks if start_seq <= fork.seq <= last)
+
+
+@frozen
+class ForkPoint:
+    """A fork child of this session (`child`) and the seq its seed ends at."""
+
+    child: str
+    seq: int
 
 
 @frozen
@@ -103,11 +120,14 @@ class CachePage:
 
 @frozen
 class RequestPage:
-    """The request behind one `assistant/message`: rebuilt, its header events, its cache
-    health, and the requests before and after it in the log."""
+    """The request behind one `assistant/message`: rebuilt, the answer it produced, where
+    each history message came from (None: unknown), its header events, its cache health,
+    and the requests before and after it in the log."""
 
     session: SessionPage
     rebuilt: RebuiltRequest
+    answer: AssistantMessage
+    origins: tuple[HistoryOrigin, ...] | None
     snapshot: SessionEvent
     header_event: SessionEvent
     cache: RequestCache | None
@@ -237,7 +257,7 @@ SORT_VALUES: dict[str, Callable[[SessionRow], Any]] = {
     "id": lambda row: row.id,
     "created": lambda row: row.created_at,
     "activity": _summary_value(lambda summary: summary.last_event_at),
-    "turns": _summary_value(lambda summary: summary.turns),
+    "turns": _summary_value(lambda summary: summary.own_turns),
     "tokens": _summary_value(lambda summary: summary.usage.total.prompt_total),
     "errors": _stats_value(lambda stats: stats.errors),
     "latency": _stats_value(lambda stats: stats.latency_ms),
@@ -245,8 +265,30 @@ SORT_VALUES: dict[str, Callable[[SessionRow], Any]] = {
 """What each flat sort orders by (None: the row has no such value and goes last)."""
 
 
-def _page(service: SessionService, session_id: str, session: Session) -> SessionPage:
+def _page(
+    service: SessionService,
+    session_id: str,
+    session: Session,
+    relatives: Sequence[SessionMeta | DamagedSession] = (),
+) -> SessionPage:
     events = session.events
+    forks = sorted(
+        (
+            ForkPoint(meta.id, meta.seed_length - 1)
+            for meta in relatives
+            if isinstance(meta, SessionMeta)
+            and meta.parent_session == session_id
+            and meta.seed_length
+        ),
+        key=lambda fork: (fork.seq, fork.child),
+    )
+    subagents = {
+        call: meta.id
+        for meta in relatives
+        if isinstance(meta, SessionMeta)
+        and meta.labels.get("parent_agent") == session_id
+        and isinstance(call := meta.labels.get("parent_call"), str)
+    }
     return SessionPage(
         id=session_id,
         meta=session.meta,
@@ -255,13 +297,16 @@ def _page(service: SessionService, session_id: str, session: Session) -> Session
         live=_live(service, session_id),
         header=session.header(),
         timeline=build_timeline(session.meta, events),
-        requests=sum(1 for event in events if isinstance(event.data, AssistantMessage)),
+        forks=tuple(forks),
+        subagents=FrozenDict(subagents),
     )
 
 
 async def session_page(service: SessionService, session_id: str) -> SessionPage:
-    """One session's summary and timeline."""
-    return _page(service, session_id, await service.session(session_id))
+    """One session's summary and timeline, its fork points and the subagent sessions its
+    tool calls spawned."""
+    session = await service.session(session_id)
+    return _page(service, session_id, session, await service.runtime.list_sessions())
 
 
 async def tree_page(service: SessionService, session_id: str) -> TreePage:
@@ -308,12 +353,16 @@ async def request_page(service: SessionService, session_id: str, seq: int) -> Re
     session = await service.session(session_id)
     events = session.events
     rebuilt = rebuild_request(session_id, events, seq)
+    answer = events[seq].data
+    assert isinstance(answer, AssistantMessage)  # rebuild_request checked it
     answers = [event.seq for event in events if isinstance(event.data, AssistantMessage)]
     position = answers.index(seq)
     health = {request.seq: request for request in cache_health(events)}
     return RequestPage(
         session=_page(service, session_id, session),
         rebuilt=rebuilt,
+        answer=answer,
+        origins=history_origins(session_id, events, rebuilt.step_start_seq),
         snapshot=events[rebuilt.snapshot_seq],
         header_event=events[rebuilt.header_seq],
         cache=health.get(seq),
