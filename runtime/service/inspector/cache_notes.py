@@ -13,8 +13,8 @@ is never cached, so 0% cached is then expected, not a fault."""
 
 
 def why_uncached(usage: TokenUsage | None) -> str | None:
-    """Why `usage` shows nothing read from the cache, when the numbers tell (None when it
-    read some, or billed no input)."""
+    """Why `usage` shows nothing read from the cache (None when it read some, or billed no
+    input): a prompt below the providers' minimum, a first write, or no write at all."""
     if usage is None or usage.cache_read or not usage.prompt_total:
         return None
     if usage.prompt_total < PROVIDER_MIN_CACHE_TOKENS:
@@ -25,7 +25,10 @@ def why_uncached(usage: TokenUsage | None) -> str | None:
     if usage.cache_write:
         written = f"{usage.cache_write:,}"
         return f"the prefix was written to the cache ({written} tokens) for the next request"
-    return None
+    return (
+        "nothing was written to the cache either: the prompt up to its last cache breakpoint "
+        f"is below the {PROVIDER_MIN_CACHE_TOKENS:,}-token minimum, or the provider does not cache"
+    )
 
 
 def harmless(request: RequestCache) -> bool:
