@@ -171,7 +171,7 @@ async def test_sessions_list_then_a_session_timeline(
             assert f"fork of {worker} at seq" in fork.locator(".lineage").inner_text()
             assert re.search(r"\d+ (s|min) ago", fork.locator("time").inner_text())
             assert bare.locator(f'tr[data-session="{worker}"] td').nth(0).inner_text() == "aborted"
-            assert "+ 3 inherited" in fork.locator("td.turns").inner_text()
+            assert "+ 3 inherited" in fork.locator("td.turn-count").inner_text()
             assert fork.locator("td.model").inner_text() == "sim-1"
             bare.context.close()
 

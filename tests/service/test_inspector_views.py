@@ -115,10 +115,11 @@ async def test_rows_show_model_errors_latency_and_a_forks_own_turns(
     assert '<td class="model">sim-1</td>' in worker_row
     assert re.search(r'<td class="num latency">\d+ ms</td>', worker_row)
     assert '<td class="num errors">0</td>' in worker_row  # a cancelled turn is no error
-    assert '<td class="num turns">4</td>' in worker_row
+    assert '<td class="num turn-count">4</td>' in worker_row
     # the workload's fork ran one turn of its own on a seed of three
     assert re.search(
-        r'<td class="num turns">1 <span class="inherited-note">\+ 3 inherited', row_html(text, fork)
+        r'<td class="num turn-count">1 <span class="inherited-note">\+ 3 inherited',
+        row_html(text, fork),
     )
 
 
@@ -193,6 +194,11 @@ async def test_harmless_drops_are_not_alarms_and_zero_cached_is_explained(
     )
     assert "2 times (1 harmless: new input, nothing cached lost)" in text
     assert f"300 input tokens is below the {PROVIDER_MIN_CACHE_TOKENS:,}-token minimum" in text
-    assert "the prefix was written to the cache (1,200 tokens)" in text
+    # a cold write is plain from the cache-write column; the request view says it in words
+    assert "the prefix was written to the cache" not in text
+    notes = await stored(store, store.cache_notes)
+    second = [e.seq for e in notes.events if isinstance(e.data, AssistantMessage)][1]
+    written = await page(client, f"/sessions/{store.cache_notes}/requests/{second}")
+    assert "the prefix was written to the cache (1,200 tokens) for the next request" in written
     tiny = await page(client, f"/sessions/{store.cancelled}")
     assert "0% cached" in plain(tiny) and "below the 1,024-token minimum providers cache" in tiny
