@@ -169,7 +169,6 @@ class RowStats:
     model: str | None
     errors: int
     latency_ms: int | None
-    model_calls: int
 
 
 def row_stats(events: Sequence[SessionEvent], since: int = 0) -> RowStats:
@@ -191,7 +190,7 @@ def row_stats(events: Sequence[SessionEvent], since: int = 0) -> RowStats:
         elif _is_error(data):
             errors += 1
     latency = int(statistics.median(latencies)) if latencies else None
-    return RowStats(model, errors, latency, len(latencies))
+    return RowStats(model, errors, latency)
 
 
 def _is_error(data: object) -> bool:

@@ -61,7 +61,6 @@ class SessionListing:
     rows: tuple[SessionRow, ...]
     matched: int
     stored: int
-    damaged: int
     query: SessionQuery
 
     @property
@@ -189,26 +188,18 @@ async def session_listing(service: SessionService, query: SessionQuery) -> Sessi
         if needle in row.id.casefold()
         and (query.kind is None or (row.lineage is not None and row.lineage.kind == query.kind))
     ]
-    start = (query.page - 1) * query.per_page
+    start, end = (query.page - 1) * query.per_page, query.page * query.per_page
     if query.needs_summaries:
-        rows = [row for row in [await _loaded(service, row) for row in matching] if row]
+        loaded = [row for row in [await _loaded(service, row) for row in matching] if row]
         if query.status is not None:
-            rows = [row for row in rows if row.status == query.status]
-        ordered = _sorted(rows, query)
-        shown = ordered[start : start + query.per_page]
-        matched = len(ordered)
+            loaded = [row for row in loaded if row.status == query.status]
+        ordered = _sorted(loaded, query)
+        shown = ordered[start:end]
     else:
         ordered = _sorted(matching, query)
-        shown = tuple(
-            row
-            for row in [
-                await _loaded(service, row) for row in ordered[start : start + query.per_page]
-            ]
-            if row is not None
-        )
-        matched = len(ordered)
-    damaged = sum(1 for row in listed if row.lineage is None)
-    return SessionListing(tuple(shown), matched, len(listed), damaged, query)
+        page = [await _loaded(service, row) for row in ordered[start:end]]
+        shown = tuple(row for row in page if row is not None)
+    return SessionListing(shown, len(ordered), len(listed), query)
 
 
 def _sorted(rows: Sequence[SessionRow], query: SessionQuery) -> tuple[SessionRow, ...]:
