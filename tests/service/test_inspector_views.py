@@ -202,3 +202,15 @@ async def test_harmless_drops_are_not_alarms_and_zero_cached_is_explained(
     assert "the prefix was written to the cache (1,200 tokens) for the next request" in written
     tiny = await page(client, f"/sessions/{store.cancelled}")
     assert "0% cached" in plain(tiny) and "below the 1,024-token minimum providers cache" in tiny
+
+
+async def test_the_fork_tree_counts_each_forks_own_turns(
+    store: DemoStore, client: httpx.AsyncClient
+) -> None:
+    root, fork, alt, deeper = store.family
+    text = await page(client, f"/sessions/{deeper}/tree")
+    labels = dict(re.findall(r'data-session="([^"]+)"\s+aria-label="[^"]*?: ([^"]*)"', text))
+    assert labels[root] == "root, aborted, 4 turns"
+    assert labels[fork] == "fork, completed, 1 turn + 3 inherited"
+    assert labels[alt] == "fork, completed, 1 turn + 1 inherited"
+    assert labels[deeper] == "fork, completed, 1 turn + 2 inherited (this session)"
