@@ -1,5 +1,5 @@
-"""What each inspector page shows, gathered from a `SessionService`: the sessions listing,
-one session's timeline, its family tree, its cache health and one rebuilt request. Live
+"""What each inspector page shows, gathered from a `SessionService`: a page of the sessions
+listing, one session's timeline, its family tree, its cache health and one rebuilt request. Live
 sessions are read from memory (ahead of the store by the step under way), stored ones
 read-only from the store (no lease, nothing written)."""
 
