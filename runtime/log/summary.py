@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, TypeAlias
 
-from attrs import frozen
+from attrs import field, frozen
 
 from ...codecs.jsonvalue import FrozenDict
 from ..model.events import SessionEvent, TurnEnd, TurnEndKind, TurnStart
 from ..model.meta import SessionMeta
-from .usage import UsageTotals, session_usage
+from .usage import UsageTotals, inherited_usage, session_usage
 
 SessionKind: TypeAlias = Literal["root", "fork", "subagent"]
 
@@ -28,6 +28,10 @@ class SessionSummary:
     itself (a fork's seed is its parent's). `status` is `new` before the first turn, `open`
     while the last turn has no `turn/end` (its writer is live, or it crashed and the next
     load repairs it), else how the last turn ended.
+
+    A fork's own and inherited work apart: `inherited_turns`, `inherited_events` and
+    `inherited_usage` are its seed's (zero for a session that is no fork); `own_turns` and
+    `own_events` what it did itself, beside `usage`.
     """
 
     id: str
@@ -43,6 +47,19 @@ class SessionSummary:
     last_end: TurnEndKind | None
     usage: UsageTotals
     labels: FrozenDict
+    inherited_turns: int = 0
+    inherited_events: int = 0
+    inherited_usage: UsageTotals = field(factory=UsageTotals)
+
+    @property
+    def own_turns(self) -> int:
+        """The turns this session ran itself (a fork's seed turns left out)."""
+        return self.turns - self.inherited_turns
+
+    @property
+    def own_events(self) -> int:
+        """The events this session logged itself (a fork's seed left out)."""
+        return self.events - self.inherited_events
 
     @property
     def status(self) -> str:
@@ -86,7 +103,18 @@ def summarize(meta: SessionMeta, events: Sequence[SessionEvent]) -> SessionSumma
         last_end=last_end,
         usage=session_usage(meta, events),
         labels=meta.labels,
+        inherited_turns=_last_turn(events[: meta.seed_length or 0]),
+        inherited_events=min(meta.seed_length or 0, len(events)),
+        inherited_usage=inherited_usage(meta, events),
     )
+
+
+def _last_turn(events: Sequence[SessionEvent]) -> int:
+    """The number of the last turn that starts or ends in `events` (0 when none does)."""
+    for event in reversed(events):
+        if isinstance(event.data, (TurnEnd, TurnStart)):
+            return event.data.turn
+    return 0
 
 
 def _label(labels: FrozenDict, key: str) -> str | None:

@@ -118,6 +118,13 @@ def session_usage(meta: SessionMeta, events: Sequence[SessionEvent]) -> UsageTot
     return usage_of(events[meta.seed_length or 0 :])
 
 
+def inherited_usage(meta: SessionMeta, events: Sequence[SessionEvent]) -> UsageTotals:
+    """What a fork child's seed used (its first `seed_length` events, its parent's work,
+    counted in the parent); empty totals for a session that is no fork. With
+    `session_usage` it splits a fork's log into inherited and own work."""
+    return usage_of(events[: meta.seed_length or 0])
+
+
 def usage_by_turn(events: Iterable[SessionEvent]) -> tuple[TurnUsage, ...]:
     """One `TurnUsage` per turn that starts in `events`, in log order; a turn still open at
     the end of `events` is included with what it has used so far."""

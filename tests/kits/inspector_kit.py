@@ -1,6 +1,8 @@
 """What the inspector tests share: a store the demo workload (and the pressure workload,
 whose compaction busts the cache) wrote, with a few sessions more — a cache story whose
-system prompt, tools, prefix and surface change, a deeper fork family, a damaged session —
+system prompt, tools, prefix and surface change, a deeper fork family, a cancelled prompt
+followed by the next one, a scripted cache story (below the minimum, a harmless drop, a
+lost cache), a damaged session —
 and a model whose call waits on a gate the test opens. Everything is real: the workloads'
 runtime and simulator, a real SQLite file, the real loop."""
 
@@ -19,15 +21,18 @@ from actorloop.runtime.cli.orchestration import LOOKUP, make_sim, run_workload
 from actorloop.runtime.cli.workload import find_workload
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.request import Request
-from actorloop.runtime.model.chunks import StreamChunk
+from actorloop.runtime.model.chunks import StreamChunk, TokenUsage
 from actorloop.runtime.model.events import TurnEnd
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.providers.scripted import reply, tool_call
 from actorloop.runtime.service.profiles import AppConfig
 from actorloop.runtime.stores.base import open_store
+from actorloop.runtime.testing import ScriptedProvider
 
 STORY = "cache-story"
 DAMAGED = "damaged-example"
+CANCELLED = "cancelled-prompt"
+CACHE_NOTES = "cache-notes"
 SKILLS = "Available skills:\n" + "\n".join(
     f"- skill-{index}: does thing number {index} carefully, with checks and a report" * 2
     for index in range(40)
@@ -62,6 +67,8 @@ class DemoStore:
     family: tuple[str, ...]
     story: str = STORY
     damaged: str = DAMAGED
+    cancelled: str = CANCELLED
+    cache_notes: str = CACHE_NOTES
 
     def session(self, run: str, name: str) -> str:
         """A workload session's id (`coordinator`, `worker-0`, `worker-0-fork`, ...)."""
@@ -112,17 +119,62 @@ async def _family(rt: Runtime, worker: str) -> tuple[str, ...]:
     return (worker, f"{worker}-fork", alt.id, deeper.id)
 
 
+async def _cancelled(rt: Runtime) -> None:
+    """A prompt cancelled as its request went out, then the next prompt: the answer to the
+    second sees both, two user messages in a row."""
+    agent = await rt.spawn(AgentOptions(model="sim-1"), session_id=CANCELLED)
+    await agent.send("First, a question that completes.")
+
+    async def cancel_at_request(handle: Any, config: Any, next: Any) -> Any:
+        handle.cancel("the user pressed stop")
+        return await next()
+
+    unsubscribe = agent.on("agent/request", cancel_at_request)
+    try:
+        await agent.send("A prompt the user cancelled.")
+    finally:
+        unsubscribe()
+    await agent.send("The prompt after the cancelled one.")
+    await agent.dispose()
+
+
+def usage(read: int, write: int, fresh: int) -> TokenUsage:
+    """A provider's usage report: cache read, cache write, uncached input."""
+    return TokenUsage(input=fresh, output=5, cache_read=read, cache_write=write)
+
+
+CACHE_NOTES_USAGE = (
+    usage(0, 0, 300),  # below the providers' minimum: nothing can be cached
+    usage(0, 1200, 100),  # the first write
+    usage(1200, 0, 30),  # warm: 98%
+    usage(1200, 0, 2000),  # new input grew, nothing cached lost: a harmless drop
+    usage(100, 0, 1000),  # cached tokens lost with no change in the log
+)
+"""The usage a scripted provider reports for the cache-notes session's five requests."""
+
+
+async def _cache_notes(url: str) -> None:
+    provider = ScriptedProvider([reply(f"answer {i}", u) for i, u in enumerate(CACHE_NOTES_USAGE)])
+    async with Runtime.open(store=url, provider=provider) as rt:
+        agent = await rt.spawn(AgentOptions(model="m", system="Be brief."), session_id=CACHE_NOTES)
+        for index in range(len(CACHE_NOTES_USAGE)):
+            await agent.send(f"question {index}")
+        await agent.dispose()
+
+
 async def populate(url: str) -> DemoStore:
-    """Run the demo and pressure workloads into `url`, then add the story, the family and
-    a session whose stored event is then damaged."""
+    """Run the demo and pressure workloads into `url`, then add the story, the family, a
+    cancelled prompt and a session whose stored event is then damaged."""
     # the runtime a workload opens closes its store: one store object per workload
     demo = await run_workload(find_workload("demo"), open_store(url), make_sim(0, None))
     pressure = await run_workload(find_workload("pressure"), open_store(url), make_sim(0, 1400))
     async with Runtime.open(store=url, provider=make_sim(0, None)) as rt:
         await _story(rt)
         family = await _family(rt, f"{demo.run_id}-worker-0")
+        await _cancelled(rt)
         broken = await rt.spawn(AgentOptions(model="sim-1"), session_id=DAMAGED)
         await broken.send("This session's log gets damaged on disk.")
+    await _cache_notes(url)
     path = url.removeprefix("sqlite:")
     with sqlite3.connect(path) as db:
         db.execute(

@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from strategies import valid_logs
 
 from actorloop.runtime.control.options import AgentOptions, CompactionConfig, Tool
+from actorloop.runtime.log.summary import summarize
 from actorloop.runtime.log.usage import (
     UsageTotals,
     cached_fraction,
+    inherited_usage,
     session_usage,
     turn_usage,
     usage_by_turn,
@@ -108,6 +110,28 @@ async def test_a_fork_counts_only_what_it_used_itself() -> None:
     assert usage_of(seeded).model == U1 + U3
     assert session_usage(meta, seeded) == UsageTotals(model=U3, model_calls=1)
     assert [t.turn for t in usage_by_turn(seeded[meta.seed_length :])] == [2]
+
+
+async def test_a_fork_summary_shows_its_own_and_its_inherited_work_apart() -> None:
+    provider = ScriptedProvider([reply("one", U1), reply("two", U2), reply("mine", U3)])
+    async with open_runtime(provider) as rt:
+        parent = await rt.spawn(OPTIONS)
+        await parent.send("hello")
+        await parent.send("again")
+        child = await rt.fork(parent.id)
+        await child.send("and you?")
+        meta, events = child.session.meta, child.session.events
+        root = summarize(parent.session.meta, parent.session.events)
+    seed = meta.seed_length
+    assert seed is not None
+    summary = summarize(meta, events)
+    assert (summary.turns, summary.inherited_turns, summary.own_turns) == (3, 2, 1)
+    assert (summary.inherited_events, summary.own_events) == (seed, len(events) - seed)
+    assert summary.usage == UsageTotals(model=U3, model_calls=1)
+    assert summary.inherited_usage == UsageTotals(model=U1 + U2, model_calls=2)
+    assert inherited_usage(meta, events) + session_usage(meta, events) == usage_of(events)
+    # a session that is no fork inherits nothing
+    assert (root.inherited_turns, root.own_turns, root.inherited_usage) == (0, 2, UsageTotals())
 
 
 async def test_an_open_turn_counts_what_it_used_so_far() -> None:

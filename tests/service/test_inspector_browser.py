@@ -133,6 +133,17 @@ def screenshot(page: Page, path: Path) -> None:
     assert width == VIEWPORT["width"]
 
 
+TICKED = "s => Number((document.querySelector(s) || {dataset: {}}).dataset.ticks) >= 1"
+"""A page function: the ticking element matched by the selector has ticked at least once."""
+
+
+def elapsed_ms(text: str) -> float:
+    """The duration a ticking element shows (`running 1.2 s (since …)`), in milliseconds."""
+    match = re.match(r"\w+ ([\d.]+) (ms|s|min) ", text)
+    assert match is not None, text
+    return float(match.group(1)) * {"ms": 1, "s": 1000, "min": 60_000}[match.group(2)]
+
+
 async def session_count(server: Running) -> int:
     return len(await server.service.runtime.list_sessions())
 
@@ -160,6 +171,8 @@ async def test_sessions_list_then_a_session_timeline(
             assert f"fork of {worker} at seq" in fork.locator(".lineage").inner_text()
             assert re.search(r"\d+ (s|min) ago", fork.locator("time").inner_text())
             assert bare.locator(f'tr[data-session="{worker}"] td').nth(0).inner_text() == "aborted"
+            assert "+ 3 inherited" in fork.locator("td.turn-count").inner_text()
+            assert fork.locator("td.model").inner_text() == "sim-1"
             bare.context.close()
 
             page, errors = open_page(browser)
@@ -173,6 +186,25 @@ async def test_sessions_list_then_a_session_timeline(
             assert page.evaluate("document.activeElement.id") == "main"
             screenshot(page, shots / "inspector-sessions.png")
 
+            # search and filter with the form, sort by a column, page through
+            page.get_by_label("Session id contains").fill(worker)
+            page.get_by_label("Kind").select_option("fork")
+            page.get_by_role("button", name="Show").click()
+            page.wait_for_url(re.compile(rf"/\?q={worker}&status=&kind=fork&sort=tree$"))
+            found = page.locator("table.sessions tbody tr")
+            assert sorted(found.evaluate_all("rs => rs.map(r => r.dataset.session)")) == sorted(
+                store.family[1:]
+            )
+            page.get_by_role("link", name="Turns").click()
+            page.wait_for_url(f"**/?q={worker}&kind=fork&sort=turns")
+            assert page.locator('th[aria-sort="ascending"]').inner_text().startswith("Turns")
+            page.goto(server.url + "/?per_page=5")
+            assert page.locator("table.sessions tbody tr").count() == 5
+            page.get_by_role("link", name="next page →").first.click()
+            page.wait_for_url("**/?page=2&per_page=5")
+            assert "page 2 of" in page.locator("#listing-count").inner_text()
+            page.goto(server.url + "/")
+
             page.get_by_role("link", name=coordinator, exact=True).first.click()
             page.wait_for_url(f"**/sessions/{coordinator}")
             assert page.get_by_role("heading", level=1, name=f"Session {coordinator}").count() == 1
@@ -180,12 +212,23 @@ async def test_sessions_list_then_a_session_timeline(
             delegate = page.locator("#turn-1 .tool-call", has_text="delegate")
             assert delegate.count() == 1 and "ms" in delegate.locator(".duration").inner_text()
             assert page.get_by_role("navigation", name="Session views").count() == 1
+            assert re.fullmatch(r"\d\d:\d\d:\d\d", page.locator("#turn-1 h3 .clock").inner_text())
+            delegate.get_by_role("link", name=re.compile("^subagent session")).click()
+            page.wait_for_url(f"**/sessions/{coordinator}.*")
+            assert "subagent of" in page.locator(".session-badges .lineage").inner_text()
 
             page.goto(f"{server.url}/sessions/{worker}")
             cancelled = page.locator("#turn-4 .mark-cancelled")
             assert "aborted (workload cancellation)" in cancelled.inner_text()
             page.wait_for_selector('#live[data-following="true"]')
+            points = page.locator("#turns .fork-point")
+            assert sorted(points.evaluate_all("ps => ps.map(p => p.dataset.child)")) == sorted(
+                (store.family[1], store.family[2])
+            )
             screenshot(page, shots / "inspector-timeline.png")
+            points.filter(has_text=store.family[1]).get_by_role("link").click()
+            page.wait_for_url(f"**/sessions/{store.family[1]}")
+            assert "own +" in page.locator("#fact-turns").inner_text()
             assert errors == []
             page.context.close()
 
@@ -212,6 +255,7 @@ async def test_a_request_view_shows_the_rebuilt_parts_and_the_digest(
             page.goto(f"{server.url}/sessions/{worker}")
             link = page.locator("#turn-1 .model-call a").nth(1)
             seq = int(link.inner_text().rsplit(" ", 1)[1])
+            said = page.locator(f'#turn-1 .model-call[data-seq="{seq}"] p.answer').inner_text()
             link.click()
             page.wait_for_url(f"**/sessions/{worker}/requests/{seq}")
             rebuilt = bridge.call(api, f"/v1/sessions/{worker}/requests/{seq}")
@@ -232,11 +276,23 @@ async def test_a_request_view_shows_the_rebuilt_parts_and_the_digest(
             else:
                 assert f"at seq {rebuilt['header_seq']}" in header
             assert f"at seq {rebuilt['snapshot_seq']}" in page.locator(".provenance").inner_text()
+            answer = page.locator("#part-answer")
+            assert answer.locator(".message.role-assistant").count() == 1
+            assert said in answer.locator(".message").inner_text()  # as the timeline shows it
             screenshot(page, shots / "inspector-request.png")
             page.get_by_role("link", name=re.compile("^next request")).click()
             page.wait_for_url(re.compile(r"/requests/\d+$"))
             assert int(page.url.rsplit("/", 1)[1]) > seq
             assert page.locator("#digest").get_attribute("data-verified") == "true"
+            # a cancelled prompt stays in the history of the next request, marked
+            page.goto(f"{server.url}/sessions/{store.cancelled}")
+            page.locator("#turn-3 .model-call a").last.click()
+            page.wait_for_url(re.compile(r"/requests/\d+$"))
+            unfinished = page.locator("#part-history .message.unfinished")
+            assert unfinished.count() == 1
+            assert "A prompt the user cancelled." in unfinished.inner_text()
+            assert "ABORTED turn 2 (the user pressed stop)" in unfinished.inner_text()
+            assert page.locator("#part-history .message.role-user").count() == 3
             assert errors == []
             page.context.close()
 
@@ -306,6 +362,15 @@ async def test_the_cache_view_charts_each_request_and_names_each_drop(
             screenshot(page, shots / "inspector-cache.png")
             page.locator("ol.drops > li").first.get_by_role("link").click()
             page.wait_for_url(f"**/requests/{drops[0].seq}")
+            # a harmless drop (new input) is drawn apart from one that lost cached tokens
+            page.goto(f"{server.url}/sessions/{store.cache_notes}/cache")
+            fill = "m => getComputedStyle(m).fill"
+            harmless = page.locator(".drop-marker.harmless").evaluate(fill)
+            lost = page.locator(".drop-marker:not(.harmless)").evaluate(fill)
+            assert harmless != lost
+            assert page.locator("table.requests .mark-error").count() == 1
+            assert "new input" in page.locator("table.requests .mark-harmless").inner_text()
+            assert "below the 1,024-token minimum" in page.locator("table.requests").inner_text()
             assert errors == []
             page.context.close()
 
@@ -334,6 +399,9 @@ async def test_a_live_turn_arrives_on_the_open_page(
         async def release() -> None:
             model.release()
 
+        async def fetch_text(path: str) -> str:
+            return (await client.get(path)).text
+
         async def logged_types() -> list[tuple[int, str]]:
             agent = server.service.runtime.get("live-turn")
             assert agent is not None
@@ -354,6 +422,21 @@ async def test_a_live_turn_arrives_on_the_open_page(
             assert page.locator("#turn-1 .step").count() == 2
             assert page.locator(".session-badges .status-running").count() == 1
             assert page.locator(".session-badges .live").inner_text() == "live agent: running"
+            # the running turn's duration ticks between events (none arrive while held)
+            ticking = page.locator("#turn-1 .turn-meta .ticking")
+            page.wait_for_function(TICKED, arg="#turn-1 .turn-meta .ticking")
+            first = elapsed_ms(ticking.inner_text())
+            page.wait_for_function(
+                "([s, n]) => Number(document.querySelector(s).dataset.ticks) >= n",
+                arg=[
+                    "#turn-1 .turn-meta .ticking",
+                    int(ticking.get_attribute("data-ticks") or 0) + 2,
+                ],
+            )
+            assert elapsed_ms(ticking.inner_text()) > first
+            assert re.search(r"\(since \d\d:\d\d:\d\d\)$", ticking.inner_text())
+            served = bridge.call(fetch_text, "/sessions/live-turn")
+            assert re.search(r"running since <time[^>]*>\d\d:\d\d:\d\d</time>", served)
             screenshot(page, shots / "inspector-live.png")
             # a keyboard user's focus survives the live re-rendering
             first_request = page.locator("#turn-1 .model-call a").first

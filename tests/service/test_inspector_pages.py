@@ -77,7 +77,9 @@ async def test_pages_headers_assets_and_typed_errors() -> None:
 
         cases = [
             ("/assets/nothing.js", 404, "NOT_FOUND"),
-            ("/?sort=id", 422, "VALIDATION_FAILED"),
+            ("/?sort=nonsense", 422, "VALIDATION_FAILED"),
+            ("/?colour=red", 422, "VALIDATION_FAILED"),
+            ("/sessions/s1?sort=id", 422, "VALIDATION_FAILED"),
             ("/sessions/.hidden", 400, "INVALID_SESSION_ID"),
             ("/sessions/zz", 404, "SESSION_NOT_FOUND"),
             ("/sessions/zz/tree", 404, "SESSION_NOT_FOUND"),
@@ -189,7 +191,7 @@ async def test_a_call_the_log_never_started_is_marked_repaired(tmp_path: Path) -
 def test_rows_a_lineage_cycle_keeps_from_every_root_are_still_listed() -> None:
     def row(session: str, parent: str | None) -> views.SessionRow:
         lineage = Lineage("fork", parent, 0) if parent else Lineage("root", None, None)
-        return views.SessionRow(session, 0, lineage, None, "unreadable", None)
+        return views.SessionRow(session, 0, lineage, None, None, "unreadable", None)
 
     rows = [row("x", "y"), row("y", "x"), row("r", None), row("c", "r")]
     ordered = views._tree_order(rows)

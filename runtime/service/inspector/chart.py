@@ -35,7 +35,8 @@ class Segment:
 @frozen
 class Bar:
     """The bar of the request at `seq`, its segments bottom-up, the point of its cached
-    fraction on the line (None without usage) and whether the fraction dropped there."""
+    fraction on the line (None without usage), whether the fraction dropped there, and
+    whether that drop was harmless (new input, nothing cached lost)."""
 
     seq: int
     turn: int
@@ -44,6 +45,7 @@ class Bar:
     segments: tuple[Segment, ...]
     fraction_y: float | None
     dropped: bool
+    harmless: bool = False
 
 
 @frozen
@@ -131,6 +133,7 @@ def cache_chart(requests: Sequence[RequestCache]) -> CacheChart:
                 tuple(segments),
                 fraction_y,
                 request.drop is not None,
+                request.drop is not None and request.drop.cause == "new-input",
             )
         )
     if run:

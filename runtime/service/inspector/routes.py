@@ -4,7 +4,8 @@ packaged assets — mounted at `/` by `create_app` (docs/inspector.md).
 
 Every page is complete HTML that works without JavaScript; `inspector.js` only adds the live
 updates (the session's SSE stream from `/v1`). Responses carry a Content-Security-Policy
-that allows nothing but this server's own scripts, styles and connections."""
+that allows nothing but this server's own scripts, styles, connections and forms (the
+sessions list's search form submits to `/`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ...stores.ids import check_session_id
 from ..errors import HttpError, http_error
 from ..service import SessionService
 from . import views
+from .listing import parse_query
 from .templating import (
     Asset,
     compiled_templates,
@@ -32,7 +34,7 @@ from .templating import (
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -43,26 +45,38 @@ MAX_SEQ = 9_007_199_254_740_991
 Page = Callable[[Request], Awaitable[Response]]
 
 
-def inspector_routes(service: SessionService) -> list[BaseRoute]:
-    """The inspector's routes over `service` (templates compiled and assets read now)."""
-    templates = compiled_templates()
-    assets = packaged_assets()
-    versions = {name: asset.etag.strip('"') for name, asset in assets.items()}
+class _Pages:
+    """The inspector's page handlers over one service, with the compiled templates and
+    the asset versions the pages link to."""
+
+    def __init__(self, service: SessionService) -> None:
+        self.service = service
+        self.templates = compiled_templates()
+        self.assets = packaged_assets()
+        self.versions = {name: asset.etag.strip('"') for name, asset in self.assets.items()}
 
     async def html(
-        name: str, status: int = 200, section: str | None = None, **context: Any
+        self, name: str, status: int = 200, section: str | None = None, **context: Any
     ) -> Response:
+        """The template `name` rendered with `context`, with the security headers."""
         # Rendering a long session is CPU work: off the trio thread, so live agents go on
         # (the context is frozen data and immutable event tuples; templates are thread-safe).
         render = partial(
-            templates[name].render, now=now_ms(), assets=versions, section=section, **context
+            self.templates[name].render,
+            now=now_ms(),
+            assets=self.versions,
+            section=section,
+            **context,
         )
         return HTMLResponse(await trio.to_thread.run_sync(render), status, headers=SECURITY_HEADERS)
 
-    def page(handler: Callable[[Request], Awaitable[Response]]) -> Page:
+    def page(self, handler: Page, *, takes_query: bool = False) -> Page:
+        """`handler` with its session id checked, any query parameter refused unless it
+        `takes_query`, and every error answered as an error page."""
+
         async def run(request: Request) -> Response:
             try:
-                if request.query_params:
+                if request.query_params and not takes_query:
                     given = sorted(request.query_params)[:5]
                     raise InvalidRequestBody(f"this page takes no query parameters, got {given}")
                 session_id = request.path_params.get("id")
@@ -71,60 +85,64 @@ def inspector_routes(service: SessionService) -> list[BaseRoute]:
                 return await handler(request)
             except Exception as exc:
                 error = http_error(exc)
-                return await html("error.html", error.status, error=error)
+                return await self.html("error.html", error.status, error=error)
 
         run.__name__ = handler.__name__
         return run
 
-    async def index(_request: Request) -> Response:
-        """The sessions list."""
-        return await html("index.html", section="sessions", rows=await views.session_rows(service))
+    async def index(self, request: Request) -> Response:
+        """The sessions list: one page of it, searched, filtered and sorted."""
+        query = parse_query(request.query_params)
+        listing = await views.session_listing(self.service, query)
+        return await self.html("index.html", section="sessions", listing=listing)
 
-    async def session(request: Request) -> Response:
+    async def session(self, request: Request) -> Response:
         """One session's summary and timeline."""
-        return await html(
-            "session.html", page=await views.session_page(service, request.path_params["id"])
-        )
+        page = await views.session_page(self.service, request.path_params["id"])
+        return await self.html("session.html", page=page)
 
-    async def live(request: Request) -> Response:
+    async def live(self, request: Request) -> Response:
         """The part of the session page the live view replaces as events arrive."""
-        return await html(
-            "live.html", page=await views.session_page(service, request.path_params["id"])
-        )
+        page = await views.session_page(self.service, request.path_params["id"])
+        return await self.html("live.html", page=page)
 
-    async def tree(request: Request) -> Response:
+    async def tree(self, request: Request) -> Response:
         """The session's fork tree."""
-        return await html(
-            "tree.html", view=await views.tree_page(service, request.path_params["id"])
-        )
+        view = await views.tree_page(self.service, request.path_params["id"])
+        return await self.html("tree.html", view=view)
 
-    async def cache(request: Request) -> Response:
+    async def cache(self, request: Request) -> Response:
         """The session's prompt-cache health."""
-        return await html(
-            "cache.html", view=await views.cache_page(service, request.path_params["id"])
-        )
+        view = await views.cache_page(self.service, request.path_params["id"])
+        return await self.html("cache.html", view=view)
 
-    async def rebuilt(request: Request) -> Response:
+    async def rebuilt(self, request: Request) -> Response:
         """The exact request behind one model answer."""
         seq = _seq(request.path_params["seq"])
-        view = await views.request_page(service, request.path_params["id"], seq)
-        return await html("request.html", view=view)
+        view = await views.request_page(self.service, request.path_params["id"], seq)
+        return await self.html("request.html", view=view)
 
-    async def asset(request: Request) -> Response:
+    async def asset(self, request: Request) -> Response:
         """A packaged CSS or JS file."""
-        found = assets.get(request.path_params["name"])
+        found = self.assets.get(request.path_params["name"])
         if found is None:
-            return await html("error.html", 404, error=_not_found(request.path_params["name"]))
+            error = _not_found(request.path_params["name"])
+            return await self.html("error.html", 404, error=error)
         return _asset_response(found, request.headers)
 
+
+def inspector_routes(service: SessionService) -> list[BaseRoute]:
+    """The inspector's routes over `service` (templates compiled and assets read now)."""
+    pages = _Pages(service)
+    get = ["GET"]
     return [
-        Route("/", page(index), methods=["GET"]),
-        Route("/sessions/{id}", page(session), methods=["GET"]),
-        Route("/sessions/{id}/live", page(live), methods=["GET"]),
-        Route("/sessions/{id}/tree", page(tree), methods=["GET"]),
-        Route("/sessions/{id}/cache", page(cache), methods=["GET"]),
-        Route("/sessions/{id}/requests/{seq}", page(rebuilt), methods=["GET"]),
-        Route("/assets/{name}", asset, methods=["GET"]),
+        Route("/", pages.page(pages.index, takes_query=True), methods=get),
+        Route("/sessions/{id}", pages.page(pages.session), methods=get),
+        Route("/sessions/{id}/live", pages.page(pages.live), methods=get),
+        Route("/sessions/{id}/tree", pages.page(pages.tree), methods=get),
+        Route("/sessions/{id}/cache", pages.page(pages.cache), methods=get),
+        Route("/sessions/{id}/requests/{seq}", pages.page(pages.rebuilt), methods=get),
+        Route("/assets/{name}", pages.asset, methods=get),
     ]
 
 

@@ -5,6 +5,7 @@ the templates use, and the packaged static assets held in memory."""
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from importlib import resources
 
 import orjson
@@ -24,6 +25,20 @@ from ...cli.render import (
 )
 from ...model.events import DATA_BY_TYPE, SessionEvent
 from ...model.messages import Block, Reasoning, Text, ToolCall
+from .cache_notes import harmless, why_uncached
+from .listing import KINDS, PER_PAGE, STATUSES
+
+SORT_LABELS = (
+    ("tree", "oldest first, forks under their parent"),
+    ("id", "session id"),
+    ("-created", "newest first"),
+    ("-activity", "latest activity first"),
+    ("-turns", "most turns first"),
+    ("-tokens", "most tokens first"),
+    ("-errors", "most errors first"),
+    ("-latency", "slowest model calls first"),
+)
+"""The sorts the sessions list's form offers (every `sort` value works in a link)."""
 
 PACKAGE = "actorloop.runtime.service.inspector"
 TEMPLATES = (
@@ -49,6 +64,11 @@ class Asset:
     body: bytes
     media_type: str
     etag: str
+
+
+def clock(epoch_ms: int) -> str:
+    """The local time of day to the second (`14:02:11`), as a timeline labels events."""
+    return datetime.fromtimestamp(epoch_ms / 1000).strftime("%H:%M:%S")
 
 
 def milliseconds(value: int | None) -> str:
@@ -94,12 +114,16 @@ def environment() -> Environment:
         percent=percent,
         plural=plural,
         ms=milliseconds,
+        clock=clock,
+        why_uncached=why_uncached,
         pretty_json=pretty_json,
         event_json=event_json,
         block_kind=block_kind,
         arguments=arguments_text,
     )
+    env.tests["harmless"] = harmless
     env.globals["event_types"] = " ".join(sorted(DATA_BY_TYPE))
+    env.globals.update(statuses=STATUSES, kinds=KINDS, sorts=SORT_LABELS, default_per_page=PER_PAGE)
     return env
 
 

@@ -1,7 +1,9 @@
 // actorloop inspector: live updates for a session page. Progressive enhancement only: every
 // page is complete server-rendered HTML without this file. On a session page it follows the
 // session's Server-Sent Events (GET /v1/sessions/{id}/events), lists each event as it
-// arrives, and re-fetches the server-rendered summary and timeline after it.
+// arrives, and re-fetches the server-rendered summary and timeline after it. A running
+// turn's, step's or call's duration ticks once a second between events (the server renders
+// "running since HH:MM:SS"; this counts on from the server's clock, not the browser's).
 (function () {
   "use strict";
 
@@ -17,11 +19,46 @@
   var chunks = 0;
   var fetching = false;
   var again = false;
+  var clockOffset = 0; // the server's clock minus this browser's, as of the last rendering
+  var TICK_MS = 1000;
 
   panel.hidden = false;
 
   function say(text) {
     state.textContent = text;
+  }
+
+  function formatDuration(ms) {
+    var seconds = Math.max(0, ms) / 1000;
+    if (seconds < 1) {
+      return Math.round(seconds * 1000) + " ms";
+    }
+    if (seconds < 120) {
+      return seconds.toFixed(1) + " s";
+    }
+    return (seconds / 60).toFixed(1) + " min";
+  }
+
+  function syncClock() {
+    var rendered = live.querySelector("[data-rendered-at]");
+    if (rendered) {
+      clockOffset = Number(rendered.dataset.renderedAt) - Date.now();
+    }
+  }
+
+  // Count every running duration on from its start, by the server's clock.
+  function tick() {
+    var now = Date.now() + clockOffset;
+    live.querySelectorAll(".ticking[data-since]").forEach(function (element) {
+      var text = element.querySelector(".ticking-text");
+      if (!text) {
+        return;
+      }
+      text.textContent = element.dataset.label + " " +
+        formatDuration(now - Number(element.dataset.since)) +
+        " (since " + element.dataset.clock + ")";
+      element.dataset.ticks = String(Number(element.dataset.ticks || "0") + 1);
+    });
   }
 
   function describe(type, data) {
@@ -95,6 +132,8 @@
         if (summary) {
           live.dataset.renderedSeq = summary.dataset.lastSeq;
         }
+        syncClock();
+        tick();
       })
       .catch(function (error) {
         say("Could not refresh the timeline: " + error.message);
@@ -134,6 +173,10 @@
     }
     refresh();
   }
+
+  syncClock();
+  tick();
+  window.setInterval(tick, TICK_MS);
 
   var url = live.dataset.events + "?after=" + encodeURIComponent(String(lastSeq));
   var source = new EventSource(url);
