@@ -38,8 +38,8 @@ def _checked_structure(structure: TurnStructure, event: SessionEvent, _data: obj
     structure.check(event)
 
 
-# One function on purpose (past ~80 lines): the look-ups hoisted into locals before the loop
-# are what makes a load fast; a helper called per event would pay for them again.
+# One function on purpose: the look-ups hoisted into locals before the loop are what
+# makes a load fast; a helper called per event would pay for them again.
 def replay(log: EventLog, state: FoldState, events: Iterable[SessionEvent]) -> None:
     """`Session._commit(event, detach=False)` of each event in turn, with the look-ups it
     makes per event made once: what a load of thousands of events spends most time on. Only
