@@ -1,42 +1,36 @@
 """The runtime driven from asyncio (FastAPI, aiohttp, ...): `aio.Runtime` and `aio.Agent`
 mirror the trio API while trio runs as a guest on the asyncio event loop; cancellation
-crosses both ways (decision 0008, docs/asyncio.md, docs/spec/runtime.md §12)."""
+crosses both ways (decision 0008, docs/asyncio.md, docs/spec/runtime.md §12). The guest run,
+the listener and tool adapters and the events hand-off are `host/aio_*.py`."""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import weakref
-from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import aclosing, asynccontextmanager
+from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
-from attrs import evolve
 
 from .control.collector import CollectorPolicy
 from .control.handle import Agent as TrioAgent
 from .control.handle import AgentStatus, SourceSpec
-from .control.hooks import HOOK_KINDS, Unsubscribe
-from .control.options import AgentOptions, Tool, ToolContext, ToolOutput
-from .errors import (
-    HookError,
-    HostError,
-    HostTaskCancelled,
-    RuntimeClosed,
-    UnknownHookError,
-    sole_error,
-)
+from .control.hooks import Unsubscribe
+from .control.options import AgentOptions
+from .errors import RuntimeClosed, sole_error
+from .host.aio_adapters import adapt_listener
+from .host.aio_adapters import asyncio_tool as asyncio_tool  # re-exported: aio.asyncio_tool
+from .host.aio_events import EVENTS_BUFFER, EventFeed, first_seq
+from .host.aio_futures import fail, resolve, wait_through_cancellation
+from .host.aio_guest import GuestRun
 from .host.runtime import Runtime as TrioRuntime
 from .model.events import SessionEvent
 from .model.hook_values import TurnResult
 from .model.messages import Block, Content
 
 if TYPE_CHECKING:
-    from outcome import Outcome
-
     from ..actors.loop import Compactor
     from .host.telemetry import TelemetrySetting
     from .log.session import Session
@@ -48,339 +42,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-EVENTS_BUFFER = 64
-"""Default bound of the hand-off between a trio events reader and its asyncio consumer."""
-
-
-# ---------------------------------------------------------------------- asyncio side waits
-
-
-async def _wait_through_cancellation(
-    future: asyncio.Future[Any], on_cancel: Callable[[], object] | None = None
-) -> asyncio.CancelledError | None:
-    """Wait until `future` is done even if the waiting task is cancelled meanwhile (asyncio
-    has no shield for the waiter itself). `on_cancel` runs at the first cancellation; the
-    last CancelledError caught is returned so the caller re-raises it once it is done."""
-    caught: asyncio.CancelledError | None = None
-    while not future.done():
-        try:
-            await asyncio.wait((future,))
-        except asyncio.CancelledError as exc:
-            if caught is None and on_cancel is not None:
-                on_cancel()
-            caught = exc
-    return caught
-
-
-def _resolve(future: asyncio.Future[T], value: T) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
-
-
-# ---------------------------------------------------------------------- the guest run
-
-
-class _Host:
-    """The trio guest run on one asyncio event loop, shared by every `aio.Runtime` opened on
-    it (trio allows one run per thread). Trio's tasks run in callbacks of the asyncio loop,
-    on its thread; only trio's wait for I/O sits in a worker thread. It starts with the
-    first runtime and ends, awaited, when the last one has closed."""
-
-    _running: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Host]] = (
-        weakref.WeakKeyDictionary()
-    )
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.users = 0
-        self.stopping = False
-        self.nursery: trio.Nursery | None = None
-        self.ready: asyncio.Future[None] = loop.create_future()
-        self.done: asyncio.Future[Outcome[None]] = loop.create_future()
-        self._stop = trio.Event()
-
-    @classmethod
-    async def acquire(cls) -> _Host:
-        """The running loop's host, started if there is none; the caller must `release`."""
-        loop = asyncio.get_running_loop()
-        while True:
-            host = cls._running.get(loop)
-            if host is None:
-                host = cls(loop)
-                host._start()
-                cls._running[loop] = host
-            if not host.stopping:
-                break
-            await asyncio.wait((host.done,))  # the previous run is ending: start anew after it
-        host.users += 1
-        try:
-            cancelled = await _wait_through_cancellation(host.ready)
-            if cancelled is not None:
-                raise cancelled
-        except BaseException:
-            await host.release()
-            raise
-        return host
-
-    def _start(self) -> None:
-        try:
-            trio.lowlevel.start_guest_run(
-                self._main,
-                run_sync_soon_threadsafe=self.loop.call_soon_threadsafe,
-                run_sync_soon_not_threadsafe=self.loop.call_soon,
-                done_callback=self._finished,
-                # asyncio owns signal.set_wakeup_fd (add_signal_handler); trio must not take it.
-                host_uses_signal_set_wakeup_fd=True,
-            )
-        except RuntimeError as exc:
-            raise HostError(
-                "actorloop.runtime.aio runs trio as a guest of the asyncio loop, but trio is "
-                "already running on this thread; from trio code use actorloop.runtime.Runtime"
-            ) from exc
-
-    async def _main(self) -> None:
-        async with trio.open_nursery() as nursery:
-            self.nursery = nursery
-            _resolve(self.ready, None)
-            await self._stop.wait()
-
-    def _finished(self, run: Outcome[None]) -> None:
-        # Normally after the last release; early only if the run itself failed (a
-        # KeyboardInterrupt trio delivered): either way no new runtime may join it.
-        self.stopping = True
-        if self._running.get(self.loop) is self:
-            del self._running[self.loop]
-        _resolve(self.done, run)
-
-    async def release(self) -> None:
-        """One runtime less; the last one ends the guest run and waits until it has ended
-        (so the trio run always finishes before the asyncio loop can close)."""
-        self.users -= 1
-        if self.users:
-            return
-        self.stopping = True
-        self._stop.set()
-        cancelled = await _wait_through_cancellation(self.done)
-        self.done.result().unwrap()
-        if cancelled is not None:
-            raise cancelled
-
-
-# ---------------------------------------------------------------------- trio side awaiting asyncio
-
-
-class _Wakeup:
-    """A re-armable trio wake-up that asyncio callbacks fire on the shared thread."""
-
-    def __init__(self) -> None:
-        self._event = trio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-        self._event = trio.Event()
-
-
-class _Downstream:
-    """The `next` an adapted waterfall listener awaits on asyncio: each call is queued for the
-    trio task running the listener, which runs the rest of the chain (inside the turn's
-    cancel scope) and hands the value back through an asyncio future."""
-
-    def __init__(self, trio_next: Callable[..., Awaitable[Any]], wakeup: _Wakeup) -> None:
-        self._trio_next = trio_next
-        self.wakeup = wakeup
-        self.calls: deque[tuple[tuple[Any, ...], asyncio.Future[Any]]] = deque()
-
-    def __call__(self, *replacement: Any) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.calls.append((replacement, future))
-        self.wakeup.fire()
-        return future
-
-    async def run_one(self) -> None:
-        replacement, future = self.calls.popleft()
-        try:
-            value = await self._trio_next(*replacement)
-        except trio.Cancelled:
-            future.cancel()
-            raise
-        except Exception as exc:
-            _fail(future, exc)
-        else:
-            _resolve(future, value)
-
-
-async def _await_on_asyncio(
-    awaitable: Awaitable[T],
-    cancelled_outside: Callable[[], Exception],
-    downstream: _Downstream | None = None,
-) -> T:
-    """Await `awaitable` as an asyncio task from a trio task. A trio cancellation (the turn
-    is cancelled) cancels the asyncio task and waits, shielded, until it has ended before
-    it propagates; a waterfall's `next` calls are served meanwhile."""
-    task = asyncio.ensure_future(awaitable)
-    wakeup = downstream.wakeup if downstream is not None else _Wakeup()
-    task.add_done_callback(lambda _: wakeup.fire())
-    try:
-        while not task.done():
-            if downstream is not None and downstream.calls:
-                await downstream.run_one()
-            else:
-                await wakeup.wait()
-    except BaseException:
-        task.cancel()
-        with trio.CancelScope(shield=True):
-            while not task.done():
-                await wakeup.wait()
-        if not task.cancelled():
-            task.exception()  # superseded by the trio cancellation; marked as retrieved
-        raise
-    if task.cancelled():
-        raise cancelled_outside()
-    return task.result()
-
-
-# ---------------------------------------------------------------------- listeners and tools
-
-
-def _adapt_listener(name: str, listener: Any, handle_of: Callable[[TrioAgent], Agent]) -> Any:
-    """The trio listener that runs `listener` as asyncio code: it is called on the asyncio
-    thread with the `aio.Agent`; an awaitable it returns runs as an asyncio task inside the
-    turn (cancelled with it); a waterfall listener gets a `next` it can await on asyncio."""
-    kind = HOOK_KINDS.get(name)
-    if kind is None:
-        raise UnknownHookError(name, ", ".join(sorted(HOOK_KINDS)))
-    if not callable(listener):
-        raise HookError(f"listener for {name!r} is not callable")
-
-    def cancelled_outside() -> Exception:
-        return HookError(f"{name} listener {listener!r}: its asyncio task was cancelled")
-
-    if kind == "notify":
-        if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
-            getattr(listener, "__call__", None)  # noqa: B004 - objects with an async __call__
-        ):
-            raise TypeError(
-                f"{name} is a notify event: its listeners are called synchronously and must "
-                f"be plain functions (def), not async ({listener!r})"
-            )
-
-        def notify(agent: TrioAgent, value: Any) -> None:
-            listener(handle_of(agent), value)
-
-        return notify
-
-    if kind == "serial":
-
-        async def serial(agent: TrioAgent, value: Any) -> Any:
-            # The answer matters to some serial hooks (`agent/turn-stop`): pass it on.
-            result = listener(handle_of(agent), value)
-            if inspect.isawaitable(result):
-                return await _await_on_asyncio(result, cancelled_outside)
-            return result
-
-        return serial
-
-    async def waterfall(agent: TrioAgent, value: Any, trio_next: Any) -> Any:
-        downstream = _Downstream(trio_next, _Wakeup())
-        result = listener(handle_of(agent), value, downstream)
-        if not inspect.isawaitable(result):
-            return result
-        return await _await_on_asyncio(result, cancelled_outside, downstream)
-
-    return waterfall
-
-
-class _OnAsyncio:
-    """A tool's `execute` run as asyncio code (see `asyncio_tool`)."""
-
-    def __init__(self, name: str, execute: Callable[..., Any]) -> None:
-        self.name = name
-        self.inner = execute
-
-    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        result = self.inner(args, ctx)
-        if not inspect.isawaitable(result):
-            return cast(ToolOutput, result)
-
-        def cancelled_outside() -> Exception:
-            return HostTaskCancelled(f"tool {self.name!r}: its asyncio task was cancelled")
-
-        return await _await_on_asyncio(result, cancelled_outside)
-
-
-def asyncio_tool(tool: Tool) -> Tool:
-    """`tool` with its `execute` run as asyncio code: called on the asyncio thread, an
-    awaitable it returns runs as an asyncio task; cancelling the turn cancels that task and
-    the call ends `TOOL_CANCELLED` once it has stopped. `ctx` is the trio `ToolContext`
-    (its `agent` is the trio handle: use its synchronous members). Idempotent."""
-    if isinstance(tool.execute, _OnAsyncio):
-        return tool
-    return evolve(tool, execute=_OnAsyncio(tool.name, tool.execute))
-
-
-# ---------------------------------------------------------------------- events
-
-
-def _first_seq(after: int | None) -> int:
-    if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
-        raise TypeError(f"after must be a seq (int) or None, got {after!r}")
-    return 0 if after is None else max(after + 1, 0)
-
-
-class _EventFeed:
-    """The bounded hand-off between a trio reader of `agent.events()` and one asyncio
-    consumer. Both run on the loop's thread, so the deque needs no lock; the reader waits
-    while it is full and, since the trio iterator only keeps a position in the log, that
-    wait never holds the loop up, drops or reorders anything."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.buffer: deque[SessionEvent] = deque()
-        self.scope = trio.CancelScope()
-        self.arrived = asyncio.Event()
-        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.cut_short = False
-        """The reader was stopped by the runtime's end, not by the log's: every agent is
-        closed by then, so the consumer reads the rest from the in-memory log."""
-        self._room = trio.Event()
-
-    async def pump(self, agent: TrioAgent, after: int | None) -> None:
-        try:
-            with self.scope:
-                async with aclosing(agent.events(after)) as events:
-                    async for event in events:
-                        while len(self.buffer) >= self.capacity:
-                            self._room = trio.Event()
-                            await self._room.wait()
-                        self.buffer.append(event)
-                        self.arrived.set()
-        except trio.Cancelled:
-            self.cut_short = True
-            raise
-        except BaseException as exc:
-            _fail(self.ended, sole_error(exc))
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            _resolve(self.ended, None)
-            self.arrived.set()
-
-    def take(self) -> SessionEvent:
-        event = self.buffer.popleft()
-        self._room.set()
-        return event
-
-
-# ---------------------------------------------------------------------- the facade
-
 
 class Runtime:
     """The trio `Runtime`, driven from asyncio: `async with aio.Runtime.open(...) as rt`.
@@ -391,7 +52,7 @@ class Runtime:
     turn is closed). Leaving the block closes every agent first, as the trio runtime does.
     """
 
-    def __init__(self, host: _Host) -> None:
+    def __init__(self, host: GuestRun) -> None:
         self._host = host
         self._runtime: TrioRuntime | None = None
         self._calls: trio.Nursery | None = None
@@ -420,7 +81,7 @@ class Runtime:
         `Runtime.open`. Leaving the block disposes every agent (running turns end
         `disposed`, the log is flushed) and closes the store before it returns — also when
         the task is being cancelled, which then re-raises its CancelledError."""
-        host = await _Host.acquire()
+        host = await GuestRun.acquire()
         try:
             runtime = cls(host)
             opener = partial(
@@ -437,14 +98,14 @@ class Runtime:
             assert host.nursery is not None
             host.nursery.start_soon(runtime._serve, opener)
             try:
-                cancelled = await _wait_through_cancellation(runtime._ready)
+                cancelled = await wait_through_cancellation(runtime._ready)
                 if cancelled is not None:
                     raise cancelled
                 runtime._ready.result()
                 yield runtime
             finally:
                 runtime._stop.set()
-                cancelled = await _wait_through_cancellation(runtime._finished)
+                cancelled = await wait_through_cancellation(runtime._finished)
                 runtime._finished.result()
                 if cancelled is not None:
                     raise cancelled
@@ -460,7 +121,7 @@ class Runtime:
                     async with opener() as runtime:
                         self._runtime = runtime
                         self._calls = calls
-                        _resolve(self._ready, None)
+                        resolve(self._ready, None)
                         await self._stop.wait()
                 finally:
                     self._calls = None
@@ -473,11 +134,11 @@ class Runtime:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            _resolve(self._ready, None)
-            _resolve(self._finished, None)
+            resolve(self._ready, None)
+            resolve(self._finished, None)
 
     def _report(self, error: BaseException) -> None:
-        _fail(self._finished if self._ready.done() else self._ready, error)
+        fail(self._finished if self._ready.done() else self._ready, error)
 
     # ------------------------------------------------------------------ the bridge
 
@@ -491,7 +152,7 @@ class Runtime:
         done: asyncio.Future[T] = self._host.loop.create_future()
         scope = trio.CancelScope()
         calls.start_soon(_call_in_trio, scope, done, fn, args)
-        cancelled = await _wait_through_cancellation(done, scope.cancel)
+        cancelled = await wait_through_cancellation(done, scope.cancel)
         if cancelled is not None:
             if not done.cancelled():
                 done.exception()  # it is superseded by the cancellation; mark it retrieved
@@ -520,7 +181,7 @@ class Runtime:
     def on(self, name: str, listener: Any) -> Unsubscribe:
         """A runtime-wide listener, run as asyncio code (see docs/asyncio.md, Listeners):
         called on the asyncio thread with the `aio.Agent`; returns an unsubscribe."""
-        return self._trio().on(name, _adapt_listener(name, listener, self._handle))
+        return self._trio().on(name, adapt_listener(name, listener, self._handle))
 
     def get(self, agent_id: str) -> Agent | None:
         """The live agent of session `agent_id`, or None."""
@@ -571,14 +232,14 @@ async def _call_in_trio(
     """One bridged call; its outcome goes to `done` (never an exception group)."""
     try:
         with scope:
-            _resolve(done, await fn(*args))
+            resolve(done, await fn(*args))
         # Cancelled through `scope`: the asyncio caller raises its own CancelledError.
-        _resolve(done, None)
+        resolve(done, None)
     except trio.Cancelled:
-        _fail(done, RuntimeClosed("the runtime closed while the call was running"))
+        fail(done, RuntimeClosed("the runtime closed while the call was running"))
         raise
     except BaseException as exc:
-        _fail(done, sole_error(exc))
+        fail(done, sole_error(exc))
         if not isinstance(exc, Exception):
             raise
 
@@ -632,7 +293,7 @@ class Agent:
 
     def on(self, name: str, listener: Any) -> Unsubscribe:
         """Subscribe `listener` to hook `name` for this agent, run as asyncio code."""
-        return self.trio_agent.on(name, _adapt_listener(name, listener, self._runtime._handle))
+        return self.trio_agent.on(name, adapt_listener(name, listener, self._runtime._handle))
 
     async def send(
         self, content: str | Content | list[Block], *, source: SourceSpec = None
@@ -691,12 +352,12 @@ class Agent:
         (the log is the loop's buffer), so a slow consumer makes nothing wait, be lost or
         be reordered. Close it early with `contextlib.aclosing`.
         """
-        position = _first_seq(after)
+        position = first_seq(after)
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ValueError(f"buffer must be an int >= 1, got {buffer!r}")
         calls = self._runtime._calls
         if calls is not None:
-            feed = _EventFeed(buffer)
+            feed = EventFeed(buffer)
             calls.start_soon(feed.pump, self.trio_agent, after)
             try:
                 while True:
@@ -710,7 +371,7 @@ class Agent:
                     await feed.arrived.wait()
             finally:
                 feed.scope.cancel()
-                cancelled = await _wait_through_cancellation(feed.ended)
+                cancelled = await wait_through_cancellation(feed.ended)
                 feed.ended.exception()  # retrieved here; raised below unless superseded
                 if cancelled is not None:
                     raise cancelled

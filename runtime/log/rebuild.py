@@ -18,9 +18,10 @@ from ..model.events import (
 from ..model.header import EpochHeader, HeaderDelta, LlmCallConfig, ToolSchema
 from ..model.messages import Message
 from ..model.meta import SessionMeta
+from .event_log import EventLog
 from .header_algebra import HeaderFold
 from .request import Request, digest_of
-from .session import EventLog, Session
+from .session import Session
 
 
 @frozen

@@ -8,30 +8,22 @@ link, never overwriting); appends are written with O_APPEND, cut back on a faile
 and fsynced on flush / group commit. The head is written only after the fsync it records,
 so it never claims more than the disk holds: a log shorter than its head has lost
 acknowledged events, which a load reports as corruption instead of cutting a "torn tail".
+The file operations themselves are `jsonl_files`'.
 """
 
 from __future__ import annotations
 
-import logging
-import mmap
 import os
 import threading
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from ...codecs.jsonl import (
     FIRST_EVENT_LINE,
-    AckHead,
-    LogBuffer,
     LogScan,
     event_line,
     find_event_line,
-    head_record,
-    meta_line,
-    read_head,
     read_meta,
     scan_log,
 )
@@ -66,45 +58,23 @@ from .base import (
     write_rights,
 )
 from .ids import check_session_id
+from .jsonl_files import (
+    HEAD_NAME,
+    LOCK_NAME,
+    LOG_NAME,
+    Tail,
+    create_log,
+    fsync_path,
+    mapped_log,
+    read_head_file,
+    repair_log,
+    write_all,
+    write_head,
+)
 from .leases import FlockFiles, Lease, LeaseTable, busy_error
 from .writer import WriterThread
 
-log = logging.getLogger("actorloop.stores.jsonl")
-
 T = TypeVar("T")
-
-LOG_NAME = "log.jsonl"
-HEAD_NAME = "head"
-LOCK_NAME = "lock"
-
-
-class _Tail:
-    """What this store last saw of a log it writes: its size and the next seq, and the
-    paths of the log and its head record (kept as strings: the append path is hot)."""
-
-    __slots__ = ("dirty", "head", "log", "next_seq", "size")
-
-    def __init__(self, directory: Path, size: int, next_seq: int) -> None:
-        self.log = os.path.join(directory, LOG_NAME)
-        self.head = os.path.join(directory, HEAD_NAME)
-        self.size = size
-        self.next_seq = next_seq
-        self.dirty = False
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _fsync_path(path: Path | str, flags: int = os.O_RDONLY) -> None:
-    fd = os.open(path, flags | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class JsonlStore:
@@ -117,7 +87,7 @@ class JsonlStore:
         self.url = f"jsonl:{self.root}"
         self._leases = LeaseTable(FlockFiles(lambda session_id: self.root / session_id / LOCK_NAME))
         self._lock = threading.Lock()
-        self._tails: dict[str, _Tail] = {}
+        self._tails: dict[str, Tail] = {}
         self._broken: dict[str, str] = {}
         self._closed = False
         self._writer = WriterThread(self, f"jsonl store {self.root}")
@@ -129,24 +99,6 @@ class JsonlStore:
 
     def _head_path(self, session_id: str) -> Path:
         return self.root / session_id / HEAD_NAME
-
-    def _read_head(self, session_id: str) -> AckHead | None:
-        path = self._head_path(session_id)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None  # a log no barrier was acknowledged on yet (or written before heads)
-        return read_head(raw, str(path))
-
-    def _write_head(self, session_id: str, tail: _Tail) -> None:
-        """Record the fsynced size as the acknowledged head (after the fsync, never before:
-        the head must not claim what the disk may not hold)."""
-        record = head_record(AckHead(tail.size, tail.next_seq))
-        fd = os.open(tail.head, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            os.pwrite(fd, record, 0)
-        finally:
-            os.close(fd)
 
     def _locked(self, work: Callable[[], T]) -> T:
         with self._lock:
@@ -160,20 +112,6 @@ class JsonlStore:
     async def _in_thread(self, work: Callable[[], T]) -> T:
         return await self._writer.run(lambda: self._locked(work))
 
-    @contextmanager
-    def _mapped(self, session_id: str) -> Iterator[LogBuffer]:
-        """The log mapped read-only: a fork probes a few lines without reading the file."""
-        try:
-            file = self._log_path(session_id).open("rb")
-        except FileNotFoundError:
-            raise SessionNotFound(session_id) from None
-        with file:
-            if os.fstat(file.fileno()).st_size == 0:
-                yield b""
-                return
-            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                yield mapped
-
     def _read(self, session_id: str) -> bytes:
         try:
             return self._log_path(session_id).read_bytes()
@@ -185,7 +123,7 @@ class JsonlStore:
         meta = read_meta(data, name)
         if meta.id != session_id:
             raise SessionCorruptError(f"{name}:1", f"meta names session {meta.id!r}")
-        acked = self._read_head(session_id)
+        acked = read_head_file(self._head_path(session_id))
         return scan_log(data, name, first_seq=meta.seed_length or 0, acked=acked)
 
     def _seed(
@@ -209,7 +147,7 @@ class JsonlStore:
             events.extend(scan_log(data, name, first_seq=first, limit=length - first).events)
         return events
 
-    def _tail(self, session_id: str) -> _Tail:
+    def _tail(self, session_id: str) -> Tail:
         """The log's tail, rescanned if the file is not the size this store left it at."""
         tail = self._tails.get(session_id)
         if tail is not None and os.stat(tail.log).st_size != tail.size:
@@ -224,38 +162,15 @@ class JsonlStore:
                     f"({scan.torn.problem}); load the session to repair it before appending"
                 )
             first = scan.meta.seed_length or 0
-            tail = self._tails[session_id] = _Tail(
+            tail = self._tails[session_id] = Tail(
                 self.root / session_id, scan.intact_bytes, first + len(scan.events)
             )
         return tail
 
     def _create(self, meta: SessionMeta) -> None:
-        directory = self.root / meta.id
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / LOG_NAME
-        if path.exists():
-            raise SessionExists(meta.id)
-        line = meta_line(meta)
-        temp = directory / f".{LOG_NAME}.{uuid.uuid4().hex}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            try:
-                _write_all(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            # link() never replaces an existing name: a concurrent creator makes this fail.
-            try:
-                os.link(temp, path)
-            except FileExistsError:
-                raise SessionExists(meta.id) from None
-        finally:
-            temp.unlink(missing_ok=True)
-        _fsync_path(directory)
-        _fsync_path(self.root)
-        self._tails[meta.id] = _Tail(directory, len(line), meta.seed_length or 0)
+        self._tails[meta.id] = create_log(self.root, meta)
 
-    def _append_one(self, session_id: str, tail: _Tail, count: int, data: bytes) -> None:
+    def _append_one(self, session_id: str, tail: Tail, count: int, data: bytes) -> None:
         path = tail.log
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
@@ -268,7 +183,7 @@ class JsonlStore:
                     f"{tail.size}); another writer appended",
                 )
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
             except OSError as exc:
                 try:
                     os.ftruncate(fd, tail.size)
@@ -312,7 +227,7 @@ class JsonlStore:
         if tail is None or not tail.dirty:
             return False
         try:
-            _fsync_path(tail.log)
+            fsync_path(tail.log)
         except OSError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages: what was
             # written can no longer be trusted to be on disk.
@@ -323,7 +238,7 @@ class JsonlStore:
 
     def _record_head(self, session_id: str) -> None:
         try:
-            self._write_head(session_id, self._tails[session_id])
+            write_head(self._tails[session_id])
         except OSError as exc:
             raise StoreError(
                 f"{self._log_path(session_id)} is fsynced but its acknowledged head could not "
@@ -465,42 +380,16 @@ class JsonlStore:
             if not may_write:
                 what = "its log ends in an incomplete write" if scan.torn else "no turn/end"
                 raise refuse_live_repair(session_id, what)
-            size = self._repair(path, scan, fixes)
+            size = repair_log(path, scan, fixes)
             self._broken.pop(session_id, None)
         previous = self._tails.get(session_id)
-        tail = self._tails[session_id] = _Tail(path.parent, size, len(events) + len(fixes))
+        tail = self._tails[session_id] = Tail(path.parent, size, len(events) + len(fixes))
         if scan.torn is not None or fixes:
-            self._write_head(session_id, tail)  # the repair was fsynced
+            write_head(tail)  # the repair was fsynced
         # A load must not forget appends this instance has not fsynced yet: the next flush
         # still owes them an fsync (a repair above fsynced everything it wrote).
         tail.dirty = previous is not None and previous.dirty and not (scan.torn or fixes)
         return meta, (*events, *fixes)
-
-    def _repair(self, path: Path, scan: LogScan, fixes: Sequence[SessionEvent]) -> int:
-        """Cut a torn tail, append the closers, fsync; returns the new size."""
-        data = b"".join(event_line(event) for event in fixes)
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            if scan.torn is not None:
-                torn = scan.torn
-                log.warning(
-                    "%s: cutting a torn tail at line %d (%s): %d byte(s) never acknowledged",
-                    path,
-                    torn.line,
-                    torn.problem,
-                    torn.dropped_bytes,
-                )
-                os.ftruncate(fd, scan.intact_bytes)
-            os.lseek(fd, scan.intact_bytes, os.SEEK_SET)
-            try:
-                _write_all(fd, data)
-            except OSError:
-                os.ftruncate(fd, scan.intact_bytes)
-                raise
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return scan.intact_bytes + len(data)
 
     async def exists(self, session_id: str) -> bool:
         check_session_id(session_id)
@@ -585,7 +474,7 @@ class JsonlStore:
             owner = parent_id
             seen: frozenset[str] = frozenset()
             while True:  # up the fork chain to the log that stores seq `boundary`
-                with self._mapped(owner) as data:
+                with mapped_log(self._log_path(owner), owner) as data:
                     name = str(self._log_path(owner))
                     meta = read_meta(data, name)
                     first = meta.seed_length or 0

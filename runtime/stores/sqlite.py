@@ -25,28 +25,23 @@ Schema versions (`PRAGMA user_version`): 3 is written by this build; a version-1
 (no checksums, no heads) or a version-2 one (leases locked on the database file itself) is
 migrated in place on first open, in one transaction (no older build can have it open: the
 path binding keeps them apart, `leases.FileIdentity.bind`).
+
+The class is built in layers: `sqlite_connection` (the connection, where its work runs,
+checkpoints), `sqlite_reads` (checked reads), this module (the Store API, the group
+commit); the schema and its migrations are `sqlite_schema`'s.
 """
 
 from __future__ import annotations
 
-import logging
 import sqlite3
-import threading
-from collections.abc import Callable, Iterable, Sequence
-from functools import partial
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
 import trio
 
-from ...codecs.jsonvalue import FrozenDict
 from ...codecs.rows import (
-    READ_COLUMNS,
     EventRow,
-    event_crc,
     event_rows,
-    head_of,
-    meta_crc,
     meta_from_row,
     session_row,
 )
@@ -61,40 +56,32 @@ from ..errors import (
     SessionFormatUnsupported,
     SessionNotFound,
     StoreError,
-    StoreUrlError,
 )
 from ..log.session import SessionMeta
 from ..model.events import SessionEvent
-from ..model.meta import FORMAT_VERSION, DamagedSession
+from ..model.meta import DamagedSession
 from .base import (
     Batch,
     Failures,
     Listing,
     Loaded,
-    RowSource,
     check_seqs,
     parent_of,
     plan_repair,
     raise_failures,
-    read_rows,
     refuse_live_repair,
     sole_failure,
     validate_stored,
     write_rights,
 )
 from .ids import check_session_id
-from .leases import (
-    OFD_LOCKS,
-    FileIdentity,
-    FlockFiles,
-    Lease,
-    LeaseTable,
-    Locker,
-    RangeLocks,
-)
-from .writer import WriterThread
-
-T = TypeVar("T")
+from .leases import OFD_LOCKS, FlockFiles, Lease, LeaseTable, Locker, RangeLocks
+from .sqlite_connection import CHECKPOINT_PAGES as CHECKPOINT_PAGES  # re-exported
+from .sqlite_connection import Busy
+from .sqlite_reads import SqliteReads, plain_meta
+from .sqlite_schema import EVENTS_TABLE as EVENTS_TABLE  # re-exported
+from .sqlite_schema import INSERT_EVENTS, INSERT_SESSION, MOVE_HEAD, SESSION_COLUMNS, SET_HEAD
+from .sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported
 
 
 class _RowRefused(Exception):
@@ -105,127 +92,19 @@ class _StaleTail(Exception):
     """A remembered head no longer matches the database: roll back, commit checked."""
 
 
-class _Busy(Exception):
-    """An inline commit found the write lock held: nothing was written, use the thread."""
-
-
-SCHEMA_VERSION = 3
-"""`PRAGMA user_version` of a database this build writes; 1 and 2 are migrated, newer
-refused. 3 has the tables of 2; it moved the writer leases into lock files (leases.py)."""
-
-EVENTS_TABLE = """
-CREATE TABLE events (
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    time INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    crc INTEGER NOT NULL,
-    PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID"""
-"""The events table of schemas 2 and 3 (one clustered b-tree per session's seqs)."""
-
-_SCHEMA = f"""
-CREATE TABLE sessions (
-    id TEXT PRIMARY KEY,
-    meta BLOB NOT NULL,
-    parent TEXT,
-    seed_length INTEGER,
-    version INTEGER NOT NULL,
-    head INTEGER NOT NULL,
-    crc INTEGER NOT NULL
-);
-{EVENTS_TABLE};
-"""
-_SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
-_EVENT_COLUMNS = "session_id, seq, type, time, body, crc"
-_INSERT_EVENTS = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
-_SET_HEAD = "UPDATE sessions SET head = ? WHERE id = ?"
-_MOVE_HEAD = "UPDATE sessions SET head = ? WHERE id = ? AND head = ?"
-_INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-_IDS_PER_QUERY = 500
-_BUSY_WAIT_MS = 10000
-
 INLINE_EVENTS = 64
 """Most events a group commit may hold to run inline on the trio thread (NORMAL only)."""
 INLINE_BYTES = 256 * 1024
 """Most encoded bytes a group commit may hold to run inline (a few WAL pages' writes)."""
-CHECKPOINT_PAGES = 1000
-"""WAL pages (estimated) after which a passive checkpoint is posted to the writer thread:
-SQLite's own automatic threshold, which NORMAL mode turns off (see `_note_wal`)."""
-
-log = logging.getLogger("actorloop.store")
 
 
-def _migrate_from_1(db: sqlite3.Connection) -> None:
-    """Schema 1 → 2 inside the caller's transaction: add the checksum and head columns and
-    fill them from the stored bytes (a v1 row is trusted as it is: it had no checksum)."""
-    db.execute("ALTER TABLE sessions ADD COLUMN head INTEGER")
-    db.execute("ALTER TABLE sessions ADD COLUMN crc INTEGER")
-    db.execute("ALTER TABLE events ADD COLUMN crc INTEGER")
-    # A row whose stored types are already wrong gets no checksum: a load reports it.
-    rows = db.execute("SELECT session_id, seq, body FROM events").fetchall()
-    db.executemany(
-        "UPDATE events SET crc = ? WHERE session_id = ? AND seq = ?",
-        [
-            (event_crc(sid, seq, body) if _typed(sid, seq, body) else None, sid, seq)
-            for sid, seq, body in rows
-        ],
-    )
-    sessions = db.execute(
-        "SELECT id, meta, seed_length, (SELECT MAX(seq) FROM events WHERE session_id = id) "
-        "FROM sessions"
-    ).fetchall()
-    db.executemany(
-        "UPDATE sessions SET head = ?, crc = ? WHERE id = ?",
-        [
-            (
-                (seed or 0) if last is None else last + 1,
-                meta_crc(sid, raw) if _typed(sid, 0, raw) else None,
-                sid,
-            )
-            for sid, raw, seed, last in sessions
-        ],
-    )
-
-
-def _typed(session_id: object, seq: object, raw: object) -> bool:
-    return isinstance(session_id, str) and type(seq) is int and isinstance(raw, bytes)
-
-
-def plain_meta(meta: SessionMeta) -> bool:
-    """Whether `meta` is plainly one `meta_from_row` reads back from its own row: fields of
-    exactly the types it accepts, this build's version and no labels (labels are left to
-    the round trip: one nested past the JSON parser's depth would not read back). False
-    decides nothing: `create` then asks `meta_from_row`."""
-    parent, seed = meta.parent_session, meta.seed_length
-    return (
-        type(meta.labels) is FrozenDict
-        and not meta.labels
-        and type(meta.version) is int
-        and meta.version == FORMAT_VERSION
-        and type(meta.created_at) is int
-        and meta.created_at >= 0
-        and (parent is None) == (seed is None)
-        and (parent is None or type(parent) is str)
-        and (seed is None or (type(seed) is int and seed >= 0))
-    )
-
-
-class SqliteStore:
+class SqliteStore(SqliteReads):
     """A `Store` in one SQLite file (WAL): a `sessions` row per session (meta, lineage,
     acknowledged head, checksum) and checksummed `events` rows (persistence.md §5)."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
-        mode = synchronous.upper()
-        if mode not in ("NORMAL", "FULL"):
-            raise StoreUrlError(f"sqlite synchronous must be NORMAL or FULL, got {synchronous!r}")
-        self.path = Path(path)
-        self.synchronous = mode
-        self.url = f"sqlite:{self.path}?synchronous={mode}"
-        # The database is opened (and its WAL named) through the resolved path, so symlinks
-        # to one file are one database; a hard link is refused while another path is open.
-        self._real = self.path.resolve()
+        super().__init__(path, synchronous=synchronous)
+        self.url = f"sqlite:{self.path}?synchronous={self.synchronous}"
         locker: Locker
         if OFD_LOCKS:
             locker = RangeLocks(self._identity)
@@ -233,215 +112,9 @@ class SqliteStore:
             locks = self._real.with_name(self._real.name + ".locks")
             locker = FlockFiles(lambda session_id: locks / f"{session_id}.lock")
         self._leases = LeaseTable(locker)
-        # Reentrant: a group commit holds it across its transactions and its tail memory.
-        self._lock = threading.RLock()
-        self._inline_now = False
-        self._busy_ms = _BUSY_WAIT_MS
-        """The connection's busy timeout now: 0 while inline commits run (they must not
-        wait), set back only when thread work needs it (not twice per inline commit)."""
-        self._inline_commits = 0
-        self._wal_pages = 0
-        self._identity_lock = threading.Lock()
-        self._file: FileIdentity | None = None
-        self._db: sqlite3.Connection | None = None
-        self._closed = False
-        self._writer = WriterThread(self, f"sqlite store {self.path}")
         self._tails: dict[str, tuple[Lease, int]] = {}
         """Per session written under a lease of this instance: that lease and the head its
         last commit left. Touched only under `_lock`."""
-
-    # connection and transactions ------------------------------------------------------
-
-    def _identity(self) -> FileIdentity:
-        """This process's handle on the database file, bound to this store's path."""
-        with self._identity_lock:
-            if self._closed:
-                raise StoreError(f"sqlite store {self.path} is closed")
-            if self._file is None:
-                identity = FileIdentity.open(self._real)
-                try:
-                    identity.bind(str(self._real))
-                except BaseException:
-                    identity.close()
-                    raise
-                self._file = identity
-            return self._file
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._db is not None:
-            return self._db
-        if OFD_LOCKS:
-            self._identity()
-        self._real.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode: every transaction below is an explicit BEGIN ... COMMIT.
-        db = sqlite3.connect(self._real, isolation_level=None, check_same_thread=False)
-        try:
-            db.execute(f"PRAGMA busy_timeout = {_BUSY_WAIT_MS}")
-            self._busy_ms = _BUSY_WAIT_MS
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreError(f"sqlite {self.path}: cannot enable WAL (journal_mode={mode})")
-            db.execute(f"PRAGMA synchronous = {self.synchronous}")
-            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                self._prepare_schema(db)
-            if self.synchronous == "NORMAL":
-                # Checkpoints are posted to the writer thread (`_note_wal`), never run by
-                # a commit: an inline commit must not fsync on the trio thread.
-                db.execute("PRAGMA wal_autocheckpoint = 0")
-        except BaseException:
-            db.close()
-            raise
-        self._db = db
-        return db
-
-    def _prepare_schema(self, db: sqlite3.Connection) -> None:
-        """Create the schema in an empty database, or migrate a version-1 or -2 one (re-read
-        under the write lock: another process may have done it meanwhile). No build of
-        schema <= 2 has the file open meanwhile: the path binding excludes them
-        (`FileIdentity.bind`)."""
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
-            if version > SCHEMA_VERSION:
-                raise SessionFormatUnsupported(
-                    f"sqlite {self.path}: schema version {version} is newer than this build "
-                    f"reads ({SCHEMA_VERSION}); refusing to open it"
-                )
-            if version == 1:
-                _migrate_from_1(db)
-            elif version == 0 and tables.fetchone()[0] == 0:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-            elif version not in (2, SCHEMA_VERSION):
-                raise SessionFormatUnsupported(
-                    f"sqlite {self.path}: schema version {version} with tables present is "
-                    "not a database this build wrote; refusing to open it"
-                )
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-
-    def _locked(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
-            if self._closed:
-                raise StoreError(f"sqlite store {self.path} is closed")
-            try:
-                db = self._connect()
-                wanted = 0 if self._inline_now else _BUSY_WAIT_MS
-                if self._busy_ms != wanted:
-                    db.execute(f"PRAGMA busy_timeout = {wanted}")
-                    self._busy_ms = wanted
-                return work(db)
-            except sqlite3.Error as exc:
-                raise StoreError(f"sqlite {self.path}: {exc}") from exc
-            except UnicodeDecodeError as exc:
-                # The sqlite3 module decodes SQLite's messages and TEXT values as UTF-8: a
-                # damaged file can hold neither (e.g. a mangled schema in the message).
-                raise StoreError(f"sqlite {self.path}: undecodable text ({exc})") from exc
-
-    def _transaction(self, work: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        def run(db: sqlite3.Connection) -> T:
-            # IMMEDIATE takes the write lock up front, so a tail check and the insert that
-            # follows it cannot be split by another writer.
-            try:
-                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            except sqlite3.OperationalError as exc:
-                if self._inline_now and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
-                    raise _Busy from exc
-                raise
-            try:
-                result = work(db)
-                db.execute("COMMIT")
-            except BaseException:
-                # Also after a failed COMMIT (e.g. SQLITE_FULL): leaving the transaction
-                # open would keep the write lock and block every later BEGIN.
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            return result
-
-        return self._locked(run)
-
-    async def _in_thread(self, work: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        return await self._writer.run(lambda: self._transaction(work, write=write))
-
-    # reads ----------------------------------------------------------------------------
-
-    def _where(self, session_id: str, seq: int | None = None) -> str:
-        place = f"sqlite {self.path} session {session_id!r}"
-        return place if seq is None else f"{place} seq {seq}"
-
-    def _row(self, db: sqlite3.Connection, session_id: str) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = db.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
-        return row
-
-    def _meta_head(self, db: sqlite3.Connection, session_id: str) -> tuple[SessionMeta, int] | None:
-        row = self._row(db, session_id)
-        if row is None:
-            return None
-        try:
-            meta = meta_from_row(row, self._where(session_id))
-            head = head_of(row, self._where(session_id))
-        except SessionFormatError as exc:
-            raise SessionCorruptError(exc.where, exc.problem) from exc
-        if meta.id != session_id:
-            raise SessionCorruptError(self._where(session_id), f"row names {meta.id!r}")
-        if head < (meta.seed_length or 0):
-            raise SessionCorruptError(
-                self._where(session_id), f"acknowledged head {head} is below its fork seed"
-            )
-        return meta, head
-
-    def _meta(self, db: sqlite3.Connection, session_id: str) -> SessionMeta | None:
-        found = self._meta_head(db, session_id)
-        return None if found is None else found[0]
-
-    def _need(self, db: sqlite3.Connection, session_id: str) -> tuple[SessionMeta, int]:
-        found = self._meta_head(db, session_id)
-        if found is None:
-            raise SessionNotFound(session_id)
-        return found
-
-    def _heads(self, db: sqlite3.Connection, session_ids: Sequence[str]) -> dict[str, Any]:
-        """Per session of a group commit: (recorded head, next seq the rows end at), read in
-        the caller's transaction (a few queries for the whole commit, not two per session)."""
-        ids = sorted(session_ids)
-        found: dict[str, Any] = {}
-        for start in range(0, len(ids), _IDS_PER_QUERY):
-            chunk = ids[start : start + _IDS_PER_QUERY]
-            rows = db.execute(
-                "SELECT id, head, seed_length, "
-                "(SELECT MAX(seq) FROM events WHERE session_id = sessions.id) "
-                f"FROM sessions WHERE id IN ({', '.join('?' * len(chunk))})",
-                chunk,
-            )
-            for session_id, head, seed_length, last in rows:
-                rows_end = (seed_length or 0) if last is None else last + 1
-                found[session_id] = (head, rows_end)
-        return found
-
-    def _events(self, db: sqlite3.Connection, meta: SessionMeta, head: int) -> list[SessionEvent]:
-        """Every event of the session (its fork seed read through its parents), checked."""
-
-        def rows(of: SessionMeta, first: int, _end: int | None) -> Iterable[Any]:
-            # No upper bound: a row past the head is damage, not something to skip.
-            return db.execute(
-                f"SELECT {READ_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
-                (of.id, first),
-            )
-
-        return read_rows(RowSource(self._where, partial(self._meta_head, db), rows), meta, head)
-
-    def _load_all(self, db: sqlite3.Connection, session_id: str) -> Loaded:
-        meta, head = self._need(db, session_id)
-        return meta, tuple(self._events(db, meta, head))
 
     # the Store API --------------------------------------------------------------------
 
@@ -454,14 +127,14 @@ class SqliteStore:
             # trips); the key constraint is the existence check. A refused statement wrote
             # nothing, and rows are never deleted, so a row found after it is the reason.
             try:
-                db.execute(_INSERT_SESSION, row)
+                db.execute(INSERT_SESSION, row)
             except sqlite3.IntegrityError:
                 if self._row(db, meta.id) is None:
                     raise
                 raise SessionExists(meta.id) from None
             except sqlite3.OperationalError as exc:
                 if self._inline_now and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
-                    raise _Busy from exc
+                    raise Busy from exc
                 raise
 
         if not plain_meta(meta):
@@ -569,52 +242,6 @@ class SqliteStore:
         raise_failures(failures)
         return True
 
-    def _inline(self, run: Callable[[], None]) -> bool:
-        """Run a small write (a create, a group commit of at most INLINE_EVENTS events and
-        INLINE_BYTES bytes) here on the trio thread when that cannot block: NORMAL mode (a
-        commit appends to the WAL, no fsync), the connection open and idle (no writer
-        thread job holds `_lock`), the write lock free (no busy wait: `_Busy`) and no
-        checkpoint (those run on the writer thread). False when it did not run: nothing
-        was written and the caller uses the thread. Same code and SQL either way."""
-        if self.synchronous != "NORMAL" or self._db is None or self._closed:
-            return False
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            db = self._db
-            if db is None or self._closed:
-                return False
-            self._inline_now = True  # `_locked` turns the busy timeout off for it
-            try:
-                run()
-            except _Busy:
-                return False
-            finally:
-                self._inline_now = False
-            self._inline_commits += 1
-            return True
-        finally:
-            self._lock.release()
-
-    def _note_wal(self, pages: int) -> None:
-        """Count the WAL pages a commit wrote (an estimate on the high side: twice its rows'
-        bytes in pages, two pages per session, two for the head table and the b-tree
-        above); past SQLite's own threshold, post a checkpoint."""
-        if self.synchronous != "NORMAL":
-            return  # FULL keeps SQLite's automatic checkpoints: it commits on the thread
-        self._wal_pages += pages
-        if self._wal_pages >= CHECKPOINT_PAGES:
-            self._wal_pages = 0
-            self._writer.post(self._checkpoint)
-
-    def _checkpoint(self) -> None:
-        """A passive WAL checkpoint on the writer thread (inline commits skip SQLite's)."""
-        try:
-            self._locked(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
-        except StoreError as exc:
-            # Not a durability matter: the commits are in the WAL; the next one retries.
-            log.warning("sqlite %s: checkpoint failed: %s", self.path, exc)
-
     def _commit(self, rows: dict[str, list[EventRow]], leases: dict[str, Lease | None]) -> Failures:
         """One group commit, under `_lock`: trusting remembered tails first, then
         (when one turned out stale) checked against the database, then (when SQLite refused
@@ -686,6 +313,38 @@ class SqliteStore:
         savepoint so one that SQLite refuses is rolled back alone (without, such a refusal
         raises _RowRefused). With `trust`, a remembered head stands in for reading it; a
         head update that then finds another head raises _StaleTail."""
+        ready = self._checked_heads(db, rows, failures, trust=trust)
+        if not isolate:
+            try:
+                _insert(db, ready, written)
+            except sqlite3.Error as exc:
+                if not db.in_transaction:
+                    raise  # SQLite rolled the whole transaction back: a store-wide failure
+                raise _RowRefused from exc
+            return
+        for session_id, entry in ready.items():
+            db.execute("SAVEPOINT one_session")
+            try:
+                _insert(db, {session_id: entry}, written)
+            except sqlite3.Error as exc:
+                if not db.in_transaction:
+                    raise
+                db.execute("ROLLBACK TO one_session")
+                failures[session_id] = StoreError(f"sqlite {self.path}: {exc}")
+                failures[session_id].__cause__ = exc
+            db.execute("RELEASE one_session")
+
+    def _checked_heads(
+        self,
+        db: sqlite3.Connection,
+        rows: dict[str, list[EventRow]],
+        failures: Failures,
+        *,
+        trust: bool,
+    ) -> dict[str, tuple[int, list[EventRow]]]:
+        """Per session whose rows continue its head: (that head, the rows). The others are
+        put in `failures`; a remembered head (`trust`) the rows do not continue raises
+        _StaleTail."""
         trusted = self._trusted_heads(rows) if trust else {}
         heads = (
             self._heads(db, [sid for sid in rows if sid not in trusted])
@@ -714,49 +373,7 @@ class SqliteStore:
                 failures[session_id] = exc
                 continue
             ready[session_id] = (head, session_rows)
-
-        def insert(chunk: dict[str, tuple[int, list[EventRow]]]) -> None:
-            # In key order: each insert then lands next to the one before it in the b-tree
-            # (str order is the UTF-8 byte order SQLite's BINARY collation compares).
-            # The body goes in as a bytearray: the sqlite3 module binds it as the same BLOB
-            # but, unlike bytes, skips its adaptation lookup (a registry probe and two
-            # attribute lookups per row, more than the copy costs).
-            db.executemany(
-                _INSERT_EVENTS,
-                [
-                    (sid, seq, kind, time, bytearray(body), crc)
-                    for key in sorted(chunk)
-                    for sid, seq, kind, time, body, crc in chunk[key][1]
-                ],
-            )
-            moved = db.executemany(
-                _MOVE_HEAD,
-                [(part[-1][1] + 1, session_id, head) for session_id, (head, part) in chunk.items()],
-            )
-            if moved.rowcount != len(chunk):
-                raise _StaleTail  # only a remembered head can miss: the others were just read
-            for session_id, (_, part) in chunk.items():
-                written[session_id] = part[-1][1] + 1
-
-        if not isolate:
-            try:
-                insert(ready)
-            except sqlite3.Error as exc:
-                if not db.in_transaction:
-                    raise  # SQLite rolled the whole transaction back: a store-wide failure
-                raise _RowRefused from exc
-            return
-        for session_id, entry in ready.items():
-            db.execute("SAVEPOINT one_session")
-            try:
-                insert({session_id: entry})
-            except sqlite3.Error as exc:
-                if not db.in_transaction:
-                    raise
-                db.execute("ROLLBACK TO one_session")
-                failures[session_id] = StoreError(f"sqlite {self.path}: {exc}")
-                failures[session_id].__cause__ = exc
-            db.execute("RELEASE one_session")
+        return ready
 
     async def flush(self, session_id: str | None = None) -> None:
         # Every append commits before it returns; durability is the `synchronous` mode's.
@@ -788,8 +405,8 @@ class SqliteStore:
                 if not may_write:
                     raise refuse_live_repair(session_id, "its last turn has no turn/end")
                 self._tails.pop(session_id, None)
-                db.executemany(_INSERT_EVENTS, event_rows(session_id, fixes))
-                db.execute(_SET_HEAD, (fixes[-1].seq + 1, session_id))
+                db.executemany(INSERT_EVENTS, event_rows(session_id, fixes))
+                db.execute(SET_HEAD, (fixes[-1].seq + 1, session_id))
             return meta, (*events, *fixes)
 
         def run() -> Loaded:
@@ -813,7 +430,7 @@ class SqliteStore:
     async def list(self) -> Listing:
         def run(db: sqlite3.Connection) -> Listing:
             listing: list[SessionMeta | DamagedSession] = []
-            for row in db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY rowid"):
+            for row in db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions ORDER BY rowid"):
                 shown = row[0] if isinstance(row[0], str) else repr(row[0])
                 try:
                     listing.append(meta_from_row(row, self._where(shown)))
@@ -873,7 +490,7 @@ class SqliteStore:
             if row[0] != "turn/end":
                 raise SessionForkError.inside_a_turn(parent_id, boundary, row[0])
             child = SessionMeta(child_id, parent_session=parent_id, seed_length=boundary + 1)
-            db.execute(_INSERT_SESSION, session_row(child))
+            db.execute(INSERT_SESSION, session_row(child))
             return child
 
         return await self._in_thread(run, write=True)
@@ -903,3 +520,33 @@ class SqliteStore:
         if identity is not None:
             identity.unbind(str(self._real))
             identity.close()
+
+
+def _insert(
+    db: sqlite3.Connection,
+    chunk: dict[str, tuple[int, list[EventRow]]],
+    written: dict[str, int],
+) -> None:
+    """Insert the rows of `chunk`'s sessions and move each head from the one checked (into
+    `written`); a head that moved meanwhile raises _StaleTail."""
+    # In key order: each insert then lands next to the one before it in the b-tree
+    # (str order is the UTF-8 byte order SQLite's BINARY collation compares).
+    # The body goes in as a bytearray: the sqlite3 module binds it as the same BLOB
+    # but, unlike bytes, skips its adaptation lookup (a registry probe and two
+    # attribute lookups per row, more than the copy costs).
+    db.executemany(
+        INSERT_EVENTS,
+        [
+            (sid, seq, kind, time, bytearray(body), crc)
+            for key in sorted(chunk)
+            for sid, seq, kind, time, body, crc in chunk[key][1]
+        ],
+    )
+    moved = db.executemany(
+        MOVE_HEAD,
+        [(part[-1][1] + 1, session_id, head) for session_id, (head, part) in chunk.items()],
+    )
+    if moved.rowcount != len(chunk):
+        raise _StaleTail  # only a remembered head can miss: the others were just read
+    for session_id, (_, part) in chunk.items():
+        written[session_id] = part[-1][1] + 1

@@ -11,7 +11,7 @@ import attrs
 import pytest
 from session_logs import closed_log
 
-import actorloop.runtime.log.session as session_module
+import actorloop.runtime.log.replay as replay_module
 from actorloop.codecs.converter import encode_event
 from actorloop.codecs.jsonvalue import FrozenDict
 from actorloop.runtime.errors import ActorloopError
@@ -115,13 +115,13 @@ def test_replay_judges_every_envelope_like_the_append(name: str) -> None:
 def test_a_plain_log_needs_no_full_envelope_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """The events the loop writes take the inline test: the full rule is not consulted."""
     consulted: list[int] = []
-    full = session_module._envelope_problem
+    full = replay_module.envelope_problem
 
     def counting(event: SessionEvent, expected_seq: int) -> str | None:
         consulted.append(expected_seq)
         return full(event, expected_seq)
 
-    monkeypatch.setattr(session_module, "_envelope_problem", counting)
+    monkeypatch.setattr(replay_module, "envelope_problem", counting)
     replayed = Session.from_events("s", LOG)
     assert replayed.events == LOG
     assert consulted == []

@@ -489,7 +489,7 @@ async def test_jsonl_cuts_a_failed_write_back(
     log = tmp_path / "w" / "log.jsonl"
     before = log.read_bytes()
     with monkeypatch.context() as patch:
-        patch.setattr(jsonl_store, "_write_all", half_write_then_enospc)
+        patch.setattr(jsonl_store, "write_all", half_write_then_enospc)
         with pytest.raises(StoreError, match="cut back"):
             await store.append("w", session.events[13:])
     assert log.read_bytes() == before
@@ -509,7 +509,7 @@ async def test_jsonl_refuses_appends_after_an_undoable_failed_write(
         raise OSError(errno.EIO, "I/O error")
 
     with monkeypatch.context() as patch:
-        patch.setattr(jsonl_store, "_write_all", half_write_then_enospc)
+        patch.setattr(jsonl_store, "write_all", half_write_then_enospc)
         patch.setattr(os, "ftruncate", no_truncate)
         with pytest.raises(StoreError, match="cutting it back failed"):
             await store.append("w", session.events[13:])
