@@ -1,5 +1,5 @@
 """Declarative workload files (TOML) for `actorloop run`: their schema, strict parsing, and
-the workloads that ship inside the package (`runtime/workloads/*.toml`, package data)."""
+the workloads that ship inside the package (`runtime/cli/workloads/*.toml`, package data)."""
 
 from __future__ import annotations
 
@@ -85,6 +85,26 @@ class Workload:
     profiles: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
     """`[profiles.*]` tables for `actorloop serve --profiles` (the service checks them; a
     run ignores them), so one file can describe both."""
+
+    @property
+    def delegated_turns(self) -> int:
+        """The subagent turns the coordinator's tasks start: one per `call:delegate`."""
+        return sum("call:delegate" in task for task in self.coordinator.tasks)
+
+    @property
+    def planned_turns(self) -> int:
+        """The turns a run of this workload reports: the coordinator's tasks and the
+        subagent turns they delegate, the workers' turns, then one per fork, cancellation
+        and resume."""
+        workers = self.workers
+        return (
+            len(self.coordinator.tasks)
+            + self.delegated_turns
+            + workers.count * workers.turns
+            + min(workers.fork, workers.count)
+            + min(workers.cancel, workers.count)
+            + min(workers.resume, workers.count)
+        )
 
 
 def _strict_converter() -> cattrs.Converter:
