@@ -192,6 +192,7 @@ def _print_report(report: RunReport, store_url: str) -> None:
             f"per session: actorloop sessions list{store_hint(store_url)}",
             style="dim",
             highlight=False,
+            soft_wrap=True,  # a command to copy: never broken over lines
         )
 
 

@@ -182,6 +182,16 @@ def workload_tools(rt: Runtime, workload: Workload, model: str) -> Mapping[str, 
     return {tool.name: tool for tool in (delegate, LOOKUP)}
 
 
+def role_tools(tools: Mapping[str, Tool], role: str | None) -> tuple[Tool, ...] | None:
+    """The tools a workload gives the agent of `role` (its `name` label: the coordinator
+    delegates and looks up, a worker looks up); None for a role no workload has."""
+    if role == "coordinator":
+        return (tools["delegate"], tools["lookup"])
+    if role == "worker":
+        return (tools["lookup"],)
+    return None
+
+
 def add_workload_listeners(rt: Runtime, workload: Workload) -> None:
     """The runtime-wide listeners the workload's sessions were run with: its skill
     catalogue as the session prefix."""
@@ -221,7 +231,7 @@ async def run_workload(
             AgentOptions(
                 model=model_name,
                 system=workload.coordinator.system,
-                tools=(tools["delegate"], tools["lookup"]),
+                tools=role_tools(tools, "coordinator") or (),
                 context_window=workload.context_window,
                 labels={"name": "coordinator"},
             ),

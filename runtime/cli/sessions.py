@@ -383,7 +383,8 @@ def resume(
         header = stored.header()
         chosen = model or spec_model
         async with Runtime.open(store=store, provider=provider, dev_invariants=True) as rt:
-            tools = _resumed_tools(rt, spec, header, chosen or "sim-1")
+            role = stored.meta.labels.get("name")
+            tools = _resumed_tools(rt, spec, header, role, chosen or "sim-1")
             if header is None:
                 options = AgentOptions(model=chosen or "sim-1")
             else:
@@ -401,20 +402,22 @@ def resume(
 
 
 def _resumed_tools(
-    rt: Runtime, spec: Workload | None, header: EpochHeader | None, model: str
+    rt: Runtime, spec: Workload | None, header: EpochHeader | None, role: Any, model: str
 ) -> tuple[Tool, ...]:
-    """The stored header's tools that `spec` (the workload) provides, its prefix listeners
-    added to `rt`; one warning line on stderr for what the stored header had and this
-    resume lacks."""
-    from .orchestration import add_workload_listeners, workload_tools
+    """The tools `spec` (the workload) gives an agent of `role` (for another role, those
+    of the stored header's tools it has), its prefix listeners added to `rt`; one warning
+    line on stderr for what the stored header had and this resume lacks."""
+    from .orchestration import add_workload_listeners, role_tools, workload_tools
     from .render import plural
 
-    offered: Any = {}
+    stored = [tool.name for tool in (header.tools or ())] if header is not None else []
+    tools: tuple[Tool, ...] = ()
     if spec is not None:
         add_workload_listeners(rt, spec)
         offered = workload_tools(rt, spec, model)
-    stored = [tool.name for tool in (header.tools or ())] if header is not None else []
-    lacking = [name for name in stored if name not in offered]
+        by_role = role_tools(offered, role if isinstance(role, str) else None)
+        tools = by_role or tuple(offered[name] for name in stored if name in offered)
+    lacking = [name for name in stored if name not in {tool.name for tool in tools}]
     prefix = (header.message_prefix or ()) if header is not None else ()
     lacks: list[str] = []
     if lacking:
@@ -430,4 +433,4 @@ def _resumed_tools(
             highlight=False,
             soft_wrap=True,
         )
-    return tuple(offered[name] for name in stored if name in offered)
+    return tools

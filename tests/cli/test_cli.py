@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -639,3 +640,142 @@ def test_show_renders_deltas_steering_context_and_blocked_prompts(tmp_path: Path
     assert "header     delta: system patched (kept 1 + 0 lines, 2 lines inserted)" in text
     assert "[step 1 · m · 0 in, 1 out]" in text  # no cached share of nothing
     assert "no system prompt" not in text and 'system "Be brief."' in text
+
+
+# ---------------------------------------------------------------------- conventions
+
+
+@pytest.mark.parametrize("blank", ["", "  ", "\t"])
+def test_an_empty_or_blank_session_id_is_refused_by_every_command(
+    untouched: tuple[Path, str, dict[str, object]], blank: str
+) -> None:
+    cwd, store, _report = untouched
+    before = listed_rows(store, cwd)
+    coordinator = next(i for i in before if i.endswith("-coordinator"))
+    for command in (["show"], ["events"], ["verify"], ["fork"], ["resume"]):
+        _assert_bad_input(
+            actorloop("sessions", "--store", store, *command, blank, cwd=cwd), "empty or blank"
+        )
+    _assert_bad_input(
+        actorloop("sessions", "--store", store, "fork", coordinator, "--child", blank, cwd=cwd),
+        "empty or blank",
+    )
+    assert listed_rows(store, cwd) == before  # nothing was forked or resumed
+
+
+def test_store_is_taken_after_the_subcommand_and_from_the_environment(
+    untouched: tuple[Path, str, dict[str, object]], tmp_path: Path
+) -> None:
+    cwd, store, _report = untouched
+    ids = actorloop("sessions", "--store", store, "list", "--ids", cwd=cwd).stdout
+    after = actorloop("sessions", "list", "--ids", "--store", store, cwd=tmp_path)
+    assert after.returncode == 0 and after.stdout == ids
+    from_env = actorloop("sessions", "list", "--ids", cwd=tmp_path, env={"ACTORLOOP_STORE": store})
+    assert from_env.returncode == 0 and from_env.stdout == ids
+    # the option after the subcommand wins over the one before it, which wins over the env
+    elsewhere = f"sqlite:{tmp_path / 'none.db'}"
+    wins = actorloop("sessions", "--store", elsewhere, "list", "--ids", "--store", store, cwd=cwd)
+    assert wins.stdout == ids
+    before = actorloop(
+        "sessions", "--store", store, "list", "--ids", cwd=cwd, env={"ACTORLOOP_STORE": elsewhere}
+    )
+    assert before.stdout == ids
+    first = ids.splitlines()[0]
+    for args in (["show", first, "--store", store], ["verify", first, "--store", store]):
+        assert actorloop("sessions", *args, cwd=tmp_path).returncode == 0, args
+    # the hints name the store the user gave, so the command they suggest works as printed
+    missing = actorloop("sessions", "show", "no-such", "--store", store, cwd=tmp_path)
+    _assert_bad_input(missing, f"`actorloop sessions list --store {store}`")
+    ambiguous = actorloop("sessions", "show", "tiny-", "--store", store, cwd=tmp_path)
+    _assert_bad_input(ambiguous, f"`actorloop sessions list --store {store} --ids`")
+    assert not (tmp_path / "actorloop.db").exists()
+
+
+def test_a_run_on_a_memory_store_suggests_no_listing(tmp_path: Path) -> None:
+    on_memory = actorloop("run", "tiny", "--store", "memory:", cwd=tmp_path)
+    assert on_memory.returncode == 0, on_memory.stderr
+    assert "sessions list" not in on_memory.stdout
+    store = f"sqlite:{tmp_path / 'kept.db'}"
+    kept = actorloop("run", "tiny", "--store", store, cwd=tmp_path)
+    assert kept.stdout.splitlines()[-1] == f"per session: actorloop sessions list --store {store}"
+
+
+def test_the_workloads_list_says_the_turns_a_run_reports(
+    untouched: tuple[Path, str, dict[str, object]], tmp_path: Path
+) -> None:
+    _cwd, _store, report = untouched
+    listed = actorloop("workloads", "list", "--json", cwd=tmp_path)
+    rows = {row["name"]: row for row in map(orjson.loads, listed.stdout.splitlines())}
+    assert rows["tiny"]["planned_turns"] == report["turns"]
+    demo = actorloop(
+        "run", "demo", "--store", f"sqlite:{tmp_path / 'd.db'}", "--json", cwd=tmp_path
+    )
+    assert rows["demo"]["planned_turns"] == orjson.loads(demo.stdout)["turns"]
+
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_piped_list_keeps_ids_whole_and_every_column_the_readme_names(
+    untouched: tuple[Path, str, dict[str, object]],
+) -> None:
+    cwd, store, _report = untouched
+    whole = list(listed_rows(store, cwd))
+    table = actorloop("sessions", "--store", store, "list", cwd=cwd, env={"COLUMNS": "80"})
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    header = next(line for line in lines if line.strip().startswith("id "))
+    columns = re.split(r"\s{2,}", header.strip())
+    assert columns == [
+        "id",
+        "kind",
+        "status",
+        "turns",
+        "tokens in/out",
+        "cached",
+        "created",
+        "parent",
+    ]
+    rows = [line.split()[0] for line in lines if line.strip().startswith("tiny-")]
+    assert rows == whole  # whole ids, one line each: what a script reads
+    # the README lists the same columns, in the same order, under the same names
+    bullet = README.split("**`sessions list`**", 1)[1].split("\n* ", 1)[0]
+    named = bullet.split("in the columns ", 1)[1].split(". ", 1)[0]
+    assert re.findall(r"`([^`]+)`", re.sub(r"\([^()]*\)", "", named)) == columns
+
+
+def test_resume_with_the_workload_gets_its_tools_and_prefix_back(
+    ran: tuple[Path, str, dict[str, object]],
+) -> None:
+    cwd, store, _report = ran
+    worker = next(i for i in listed_rows(store, cwd) if i.endswith("-worker-1"))
+
+    def last_header() -> dict[str, Any]:
+        events = actorloop("sessions", "--store", store, "events", worker, cwd=cwd)
+        lines = [orjson.loads(line) for line in events.stdout.splitlines()]
+        headers = [e["data"]["header"] for e in lines if e["type"] == "request/header"]
+        return headers[-1]
+
+    stored = last_header()
+    assert [tool["name"] for tool in stored["tools"]] == ["lookup"]
+    assert len(stored["message_prefix"]) == 1
+    bare = actorloop("sessions", "--store", store, "resume", worker, cwd=cwd)
+    assert bare.returncode == 0, bare.stderr
+    [warning] = bare.stderr.splitlines()
+    assert warning.startswith("actorloop: warning: the stored session had tools lookup and ")
+    assert "a session prefix (1 message)" in warning and "--workload NAME" in warning
+    lacking = last_header()
+    assert "tools" not in lacking and "message_prefix" not in lacking  # what the warning said
+    again = actorloop("sessions", "--store", store, "resume", worker, "--workload", "tiny", cwd=cwd)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr == ""  # nothing lacking, nothing to warn about
+    restored = last_header()
+    assert restored["tools"] == stored["tools"]
+    assert restored["message_prefix"] == stored["message_prefix"]
+    assert restored["system"] == stored["system"]
+    help_text = actorloop("sessions", "resume", "--help", cwd=cwd).stdout
+    assert "--workload NAME" in help_text and "cache goes cold" in " ".join(help_text.split())
+    _assert_bad_input(
+        actorloop("sessions", "--store", store, "resume", worker, "--workload", "nope", cwd=cwd),
+        "no workload file 'nope'",
+    )
