@@ -138,7 +138,7 @@ def run_async(function: Callable[[], Awaitable[T]], *, store_url: str = DEFAULT_
     except BaseExceptionGroup as group:
         leaf = sole_error(group)
         if isinstance(leaf, ActorloopError):
-            fail(f"{type(leaf).__name__}: {leaf}")
+            fail(error_line(leaf))
         raise
     except VerificationFailed as exc:
         fail(f"verification failed: {exc}", EXIT_VERIFY_FAILED)
@@ -147,7 +147,13 @@ def run_async(function: Callable[[], Awaitable[T]], *, store_url: str = DEFAULT_
     except SessionIdAmbiguous as exc:
         fail(f"{exc}; give more of it (`actorloop sessions list{store} --ids` prints whole ids)")
     except ActorloopError as exc:
-        fail(f"{type(exc).__name__}: {exc}")
+        fail(error_line(exc))
+
+
+def error_line(error: Exception) -> str:
+    """`Type (CODE): message` (the code when the error has one; messages do not repeat it)."""
+    code = getattr(error, "code", None)
+    return f"{type(error).__name__}{f' ({code})' if code else ''}: {error}"
 
 
 def provider_for(

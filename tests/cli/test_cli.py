@@ -779,3 +779,24 @@ def test_resume_with_the_workload_gets_its_tools_and_prefix_back(
         actorloop("sessions", "--store", store, "resume", worker, "--workload", "nope", cwd=cwd),
         "no workload file 'nope'",
     )
+
+
+def test_a_fork_inside_a_closed_turn_says_so_and_names_its_code_once(
+    untouched: tuple[Path, str, dict[str, object]],
+) -> None:
+    cwd, store, _report = untouched
+    coordinator = next(i for i in listed_rows(store, cwd) if i.endswith("-coordinator"))
+    events = actorloop("sessions", "--store", store, "events", coordinator, cwd=cwd)
+    inside = next(
+        e["seq"]
+        for e in map(orjson.loads, events.stdout.splitlines())
+        if e["type"] == "user/message"
+    )
+    refused = actorloop(
+        "sessions", "--store", store, "fork", coordinator, "--at", str(chunk), cwd=cwd
+    )
+    _assert_bad_input(refused, "SessionForkError (OPEN_TURN): fork boundary ")
+    assert refused.stderr.count("OPEN_TURN") == 1
+    assert "got user/message: a fork seeds whole turns" in refused.stderr
+    nowhere = actorloop("sessions", "--store", store, "fork", coordinator, "--at", "99999", cwd=cwd)
+    _assert_bad_input(nowhere, "SessionForkError (INVALID_BOUNDARY): fork boundary 99999 is not")
