@@ -768,6 +768,9 @@ class LoopActor:
             self._idle_event = None
 
     def _finish_item(self, item: TurnItem, result: TurnResult) -> None:
+        if result.reason == "error" and result.code is None:  # every error result has a code
+            failed = ErrorCode.AGENT_FAILED if self.failure is not None else ErrorCode.INTERNAL_ERROR
+            result = evolve(result, code=getattr(self.failure, "code", None) or failed)
         if item.result is None:
             item.resolve(result)
             self._work_done()

@@ -108,6 +108,9 @@ class ErrorCode(StrEnum):
     DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
 
+    # turn results (TurnResult.code of an `error` turn whose failure had no code of its own)
+    AGENT_FAILED = "AGENT_FAILED"
+
     # content rules at append (SessionValidationError.code; DUPLICATE_TOOL_CALL_ID above)
     TOOL_BLOCK_IN_USER_CONTENT = "TOOL_BLOCK_IN_USER_CONTENT"
 
