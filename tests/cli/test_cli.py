@@ -793,10 +793,28 @@ def test_a_fork_inside_a_closed_turn_says_so_and_names_its_code_once(
         if e["type"] == "user/message"
     )
     refused = actorloop(
-        "sessions", "--store", store, "fork", coordinator, "--at", str(chunk), cwd=cwd
+        "sessions", "--store", store, "fork", coordinator, "--at", str(inside), cwd=cwd
     )
     _assert_bad_input(refused, "SessionForkError (OPEN_TURN): fork boundary ")
     assert refused.stderr.count("OPEN_TURN") == 1
     assert "got user/message: a fork seeds whole turns" in refused.stderr
     nowhere = actorloop("sessions", "--store", store, "fork", coordinator, "--at", "99999", cwd=cwd)
     _assert_bad_input(nowhere, "SessionForkError (INVALID_BOUNDARY): fork boundary 99999 is not")
+
+
+def test_a_damaged_sqlite_session_is_one_line_for_every_read(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'damaged.db'}"
+    ran = actorloop("run", "tiny", "--store", store, "--json", cwd=tmp_path)
+    worker = f"{orjson.loads(ran.stdout)['run_id']}-worker-1"
+    with sqlite3.connect(tmp_path / "damaged.db") as db:
+        # damage, not forgery: the row checksum no longer matches the bytes
+        db.execute(
+            "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'Step 1', 'Step 9') "
+            "AS BLOB) WHERE session_id = ? AND type = 'user/message'",
+            (worker,),
+        )
+    for command in ("verify", "show", "events"):
+        _assert_bad_input(
+            actorloop("sessions", command, worker, "--store", store, cwd=tmp_path),
+            "SessionCorruptError: corrupt session log at sqlite ",
+        )
