@@ -370,8 +370,8 @@ def resume(
         spec = None if workload_name is None else find_workload(workload_name)
     except WorkloadError as exc:
         fail(str(exc))
-    store = open_checked_store(store_url, must_exist=True)
     provider, spec_model = provider_for(provider_spec, base_url, 0.0, None)
+    store = open_checked_store(store_url, must_exist=True)
 
     async def go() -> tuple[str, UsageTotals]:
         try:
