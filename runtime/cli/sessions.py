@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 def _session_id(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Refuse an empty or blank id (it would match every session as a prefix)."""
     if value is not None and not value.strip():
-        fail(f"{param.human_readable_name} is empty or blank; give a session id")
+        name = param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+        fail(f"{name} is empty or blank; give a session id")
     return value
 
 

@@ -654,11 +654,12 @@ def test_an_empty_or_blank_session_id_is_refused_by_every_command(
     coordinator = next(i for i in before if i.endswith("-coordinator"))
     for command in (["show"], ["events"], ["verify"], ["fork"], ["resume"]):
         _assert_bad_input(
-            actorloop("sessions", "--store", store, *command, blank, cwd=cwd), "empty or blank"
+            actorloop("sessions", "--store", store, *command, blank, cwd=cwd),
+            "SESSION_ID is empty or blank",
         )
     _assert_bad_input(
         actorloop("sessions", "--store", store, "fork", coordinator, "--child", blank, cwd=cwd),
-        "empty or blank",
+        "--child is empty or blank",
     )
     assert listed_rows(store, cwd) == before  # nothing was forked or resumed
 
