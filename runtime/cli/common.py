@@ -45,14 +45,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     sys.exit(code)
 
 
-def store_option(default: str | None = DEFAULT_STORE) -> Callable[[F], F]:
+def store_option() -> Callable[[F], F]:
     """The `--store URL` option (also read from ACTORLOOP_STORE)."""
     return click.option(
         "--store",
         "store_url",
-        default=default,
+        default=DEFAULT_STORE,
         envvar=STORE_ENV,
-        show_default=DEFAULT_STORE,
+        metavar="URL",
+        show_default=True,
         show_envvar=True,
         help="Store URL.",
     )

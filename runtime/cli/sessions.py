@@ -48,7 +48,11 @@ def sub_store_option() -> Any:
     """`--store` after the subcommand too (`sessions list --store X`); it wins over the one
     before it, which wins over ACTORLOOP_STORE."""
     return click.option(
-        "--store", "sub_store", default=None, metavar="URL", help="Store URL (as before it)."
+        "--store",
+        "sub_store",
+        default=None,
+        metavar="URL",
+        help="Store URL (wins over one before the subcommand).",
     )
 
 
