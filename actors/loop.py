@@ -768,6 +768,9 @@ class LoopActor:
             self._idle_event = None
 
     def _finish_item(self, item: TurnItem, result: TurnResult) -> None:
+        if result.reason == "error" and result.code is None:  # every error result has a code
+            fallback = ErrorCode.INTERNAL_ERROR if self.failure is None else ErrorCode.AGENT_FAILED
+            result = evolve(result, code=getattr(self.failure, "code", None) or fallback)
         if item.result is None:
             item.resolve(result)
             self._work_done()

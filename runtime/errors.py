@@ -108,6 +108,9 @@ class ErrorCode(StrEnum):
     DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
 
+    # turn results (TurnResult.code of an `error` turn whose failure had no code of its own)
+    AGENT_FAILED = "AGENT_FAILED"
+
     # content rules at append (SessionValidationError.code; DUPLICATE_TOOL_CALL_ID above)
     TOOL_BLOCK_IN_USER_CONTENT = "TOOL_BLOCK_IN_USER_CONTENT"
 
@@ -227,11 +230,12 @@ class SessionBusy(SessionError):
 
 class SessionForkError(SessionError):
     """A fork was refused; `code` is one of SESSION_NOT_FOUND, SESSION_ALREADY_EXISTS,
-    INVALID_BOUNDARY (no event at that seq), OPEN_TURN (the seed would end inside a turn)
-    — docs/spec/fork-resume.md §5."""
+    INVALID_BOUNDARY (no event at that seq), OPEN_TURN (the seed would end inside a turn,
+    closed or not in the source: the child would start with an open one)
+    — docs/spec/fork-resume.md §5. The message does not repeat the code."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+        super().__init__(message)
         self.code = code
 
     @classmethod
@@ -245,10 +249,13 @@ class SessionForkError(SessionError):
     @classmethod
     def inside_a_turn(cls, session_id: str, boundary: int, event_type: str) -> SessionForkError:
         """OPEN_TURN: the event at `boundary` exists but is not a turn/end, so a seed ending
-        there would hold an unfinished turn."""
+        there would hold an unfinished turn (the code names the seed's turn, which would be
+        open, whether or not the source's turn has ended since)."""
         return cls(
             ErrorCode.OPEN_TURN,
-            f"fork boundary {boundary} in session {session_id} must be turn/end, got {event_type}",
+            f"fork boundary {boundary} in session {session_id} must be turn/end, got "
+            f"{event_type}: a fork seeds whole turns, and a seed ending there would end inside "
+            "a turn",
         )
 
 

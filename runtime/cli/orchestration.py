@@ -22,7 +22,7 @@ from ..log.request import Request
 from ..log.usage import UsageTotals, session_usage
 from ..log.verify import verify_log
 from ..model.chunks import StreamChunk
-from ..model.events import CompactionSummary, SessionEvent, TurnEnd
+from ..model.events import CompactionEnd, CompactionSummary, SessionEvent, TurnEnd
 from ..model.messages import Message
 from ..model.meta import SessionMeta
 from ..providers.base import ModelInfo, Provider, opened_stream
@@ -50,6 +50,7 @@ class RunReport:
     usage: UsageTotals
     session_usage: Mapping[str, UsageTotals]
     compactions: int
+    failed_compactions: int
     invariant_checks: int
     verified_sessions: int
     step_overhead_p50_ms: float
@@ -163,6 +164,41 @@ LOOKUP = Tool(
 )
 
 
+def worker_options(workload: Workload, model: str) -> AgentOptions:
+    """The options of the workload's workers (and of the coordinator's subagents)."""
+    return AgentOptions(
+        model=model,
+        system=workload.workers.system,
+        tools=(LOOKUP,),
+        context_window=workload.context_window,
+        labels={"name": "worker"},
+    )
+
+
+def workload_tools(rt: Runtime, workload: Workload, model: str) -> Mapping[str, Tool]:
+    """Every tool the workload's agents are given, by name: the lookup, and the delegate
+    whose subagents are workers."""
+    delegate = subagent_tool(rt, options=worker_options(workload, model))
+    return {tool.name: tool for tool in (delegate, LOOKUP)}
+
+
+def role_tools(tools: Mapping[str, Tool], role: str | None) -> tuple[Tool, ...] | None:
+    """The tools a workload gives the agent of `role` (its `name` label: the coordinator
+    delegates and looks up, a worker looks up); None for a role no workload has."""
+    if role == "coordinator":
+        return (tools["delegate"], tools["lookup"])
+    if role == "worker":
+        return (tools["lookup"],)
+    return None
+
+
+def add_workload_listeners(rt: Runtime, workload: Workload) -> None:
+    """The runtime-wide listeners the workload's sessions were run with: its skill
+    catalogue as the session prefix."""
+    if workload.skills:
+        rt.on("agent/session-prefix", skill_catalogue(workload.skills))
+
+
 async def run_workload(
     workload: Workload,
     store: Store,
@@ -171,6 +207,8 @@ async def run_workload(
     model: str | None = None,
     progress: Progress = lambda _step: None,
 ) -> RunReport:
+    """Run `workload` on `store` (the coordinator, then the workers side by side, then the
+    forks, cancellations and resumes), verify every session it wrote, and report."""
     started = time.perf_counter()
     timings = _Timings()
     runtime_box: list[Runtime] = []
@@ -187,21 +225,13 @@ async def run_workload(
     async with Runtime.open(store=store, provider=timed, dev_invariants=True) as rt:
         runtime_box.append(rt)
         rt.on("session/event", timings.on_event)
-        if workload.skills:
-            rt.on("agent/session-prefix", skill_catalogue(workload.skills))
-        workers = workload.workers
-        worker_options = AgentOptions(
-            model=model_name,
-            system=workers.system,
-            tools=(LOOKUP,),
-            context_window=workload.context_window,
-            labels={"name": "worker"},
-        )
+        add_workload_listeners(rt, workload)
+        tools = workload_tools(rt, workload, model_name)
         coordinator = await rt.spawn(
             AgentOptions(
                 model=model_name,
                 system=workload.coordinator.system,
-                tools=(subagent_tool(rt, options=worker_options), LOOKUP),
+                tools=role_tools(tools, "coordinator") or (),
                 context_window=workload.context_window,
                 labels={"name": "coordinator"},
             ),
@@ -210,44 +240,7 @@ async def run_workload(
         for task in workload.coordinator.tasks:
             await coordinator.send(task)
             progress("coordinator turn")
-
-        agents: list[Agent] = []
-        for index in range(workers.count):
-            agents.append(await rt.spawn(worker_options, session_id=f"{run_id}-worker-{index}"))
-
-        async def work(agent: Agent) -> None:
-            for turn in range(workers.turns):
-                await agent.send(f"Step {turn + 1} of your assignment. call:lookup")
-                progress("worker turn")
-
-        async with trio.open_nursery() as nursery:
-            for agent in agents:
-                nursery.start_soon(work, agent)
-
-        for agent in agents[: workers.fork]:
-            child = await rt.fork(agent.id, child_id=f"{agent.id}-fork")
-            await child.send("You are a fork: try the alternative approach.")
-            progress("fork turn")
-
-        for agent in agents[: workers.cancel]:
-            # Cancelled as its model request goes out, whatever the machine's speed: the turn
-            # is aborted mid-step, never finished first.
-            async def cancel_at_request(handle: Agent, config: Any, next: Any) -> Any:
-                handle.cancel("workload cancellation")
-                return await next()
-
-            unsubscribe = agent.on("agent/request", cancel_at_request)
-            try:
-                await agent.send("A long task that will be cancelled.")
-            finally:
-                unsubscribe()
-            progress("cancelled turn")
-
-        for agent in agents[-workers.resume :] if workers.resume else []:
-            await agent.dispose()
-            again = await rt.resume(agent.id, worker_options)
-            await again.send("Resumed: wrap up your assignment.")
-            progress("resumed turn")
+        await _run_workers(rt, workload, worker_options(workload, model_name), run_id, progress)
         async with trio.open_nursery() as nursery:
             for agent in rt.agents:
                 nursery.start_soon(agent.dispose)
@@ -260,6 +253,50 @@ async def run_workload(
             rt.invariant_checks,
             time.perf_counter() - started,
         )
+
+
+async def _run_workers(
+    rt: Runtime, workload: Workload, options: AgentOptions, run_id: str, progress: Progress
+) -> None:
+    """The workers' turns side by side, then the forks, the cancellations and the resumes."""
+    workers = workload.workers
+    agents: list[Agent] = []
+    for index in range(workers.count):
+        agents.append(await rt.spawn(options, session_id=f"{run_id}-worker-{index}"))
+
+    async def work(agent: Agent) -> None:
+        for turn in range(workers.turns):
+            await agent.send(f"Step {turn + 1} of your assignment. call:lookup")
+            progress("worker turn")
+
+    async with trio.open_nursery() as nursery:
+        for agent in agents:
+            nursery.start_soon(work, agent)
+
+    for agent in agents[: workers.fork]:
+        child = await rt.fork(agent.id, child_id=f"{agent.id}-fork")
+        await child.send("You are a fork: try the alternative approach.")
+        progress("fork turn")
+
+    for agent in agents[: workers.cancel]:
+        # Cancelled as its model request goes out, whatever the machine's speed: the turn
+        # is aborted mid-step, never finished first.
+        async def cancel_at_request(handle: Agent, config: Any, next: Any) -> Any:
+            handle.cancel("workload cancellation")
+            return await next()
+
+        unsubscribe = agent.on("agent/request", cancel_at_request)
+        try:
+            await agent.send("A long task that will be cancelled.")
+        finally:
+            unsubscribe()
+        progress("cancelled turn")
+
+    for agent in agents[-workers.resume :] if workers.resume else []:
+        await agent.dispose()
+        again = await rt.resume(agent.id, options)
+        await again.send("Resumed: wrap up your assignment.")
+        progress("resumed turn")
 
 
 async def _report(
@@ -277,7 +314,7 @@ async def _report(
     turns = 0
     reasons: dict[str, int] = {}
     usages: dict[str, UsageTotals] = {}
-    compactions = 0
+    compactions = failed = 0
     verified = 0
     for entry in listed:
         if not isinstance(entry, SessionMeta):
@@ -293,6 +330,8 @@ async def _report(
                 reasons[data.reason.kind] = reasons.get(data.reason.kind, 0) + 1
             elif isinstance(data, CompactionSummary):
                 compactions += 1
+            elif isinstance(data, CompactionEnd) and data.error is not None:
+                failed += 1
     overheads = sorted(timings.overheads) or [0.0]
     p99 = overheads[min(len(overheads) - 1, int(len(overheads) * 0.99))]
     return RunReport(
@@ -306,6 +345,7 @@ async def _report(
         usage=sum(usages.values(), UsageTotals()),
         session_usage=usages,
         compactions=compactions,
+        failed_compactions=failed,
         invariant_checks=invariant_checks,
         verified_sessions=verified,
         step_overhead_p50_ms=statistics.median(overheads) * 1000,

@@ -13,6 +13,7 @@ import orjson
 from rich.text import Text
 
 from ..log.usage import UsageTotals, cached_fraction
+from ..model.chunks import ErrorInfo
 from ..model.events import (
     AssistantMessage,
     CompactionEnd,
@@ -40,6 +41,9 @@ from ..model.meta import SessionMeta
 ELLIPSIS = "…"
 LABEL_WIDTH = 11
 NO_VALUE = "—"
+FAILED_MARK = "✗"
+FAILED_STYLE = "bold red"
+"""How the timeline marks what failed (a compaction), apart from the events around it."""
 
 
 # ---------------------------------------------------------------------- words and numbers
@@ -371,24 +375,10 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
             yield _line("header", header_text(data.header, data.reason), "blue")
         elif isinstance(data, HeaderDelta):
             yield _line("header", delta_text(data), "blue")
-        elif isinstance(data, CompactionSummary):
-            yield _line(
-                "compaction",
-                f"summarized {plural(len(data.shadowed_seqs), 'event')} "
-                f"(~{plural(data.shadowed_token_count, 'token')}) with {data.model}:\n"
-                f"{data.summary}",
-                "magenta",
-            )
-        elif isinstance(data, CompactionEnd) and data.error is not None:
-            code = f" ({data.error.code})" if data.error.code else ""
-            yield _line("compaction", f"failed{code}: {data.error.message}", "red")
-        elif isinstance(data, CompactionPrune):
-            yield _line(
-                "compaction",
-                f"pruned {plural(len(data.shadowed_seqs), 'event')} "
-                f"(~{plural(data.shadowed_token_count, 'token')})",
-                "magenta",
-            )
+        elif isinstance(data, (CompactionSummary, CompactionEnd, CompactionPrune)):
+            line = _compaction_line(data)
+            if line is not None:
+                yield line
         elif isinstance(data, IgnorableData):
             yield _line("ignored", f"{event.type} (an event type this version does not know)")
     for turn in started:
@@ -397,6 +387,36 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
             "resume closes it",
             style="yellow",
         )
+
+
+def _compaction_line(data: CompactionSummary | CompactionEnd | CompactionPrune) -> Text | None:
+    """A summary or a prune, or (marked) a failed compaction; nothing for one that ended
+    well (its summary was the line)."""
+    if isinstance(data, CompactionSummary):
+        return _line(
+            "compaction",
+            f"summarized {plural(len(data.shadowed_seqs), 'event')} "
+            f"(~{plural(data.shadowed_token_count, 'token')}) with {data.model}:\n"
+            f"{data.summary}",
+            "magenta",
+        )
+    if isinstance(data, CompactionPrune):
+        return _line(
+            "compaction",
+            f"pruned {plural(len(data.shadowed_seqs), 'event')} "
+            f"(~{plural(data.shadowed_token_count, 'token')})",
+            "magenta",
+        )
+    if data.error is not None:
+        return _line("compaction", _failed_compaction(data.error), FAILED_STYLE)
+    return None
+
+
+def _failed_compaction(error: ErrorInfo) -> str:
+    """A failed compaction, marked apart from the summaries: it changed nothing, and the
+    turn went on (docs/spec/compaction.md §7.7)."""
+    code = f" ({error.code})" if error.code else ""
+    return f"{FAILED_MARK} failed{code}: {error.message}; the history stays as it was"
 
 
 def _sourced(source: Source, content: Content, *, quiet_for_user: bool = False) -> Text:

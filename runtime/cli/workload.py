@@ -86,6 +86,26 @@ class Workload:
     """`[profiles.*]` tables for `actorloop serve --profiles` (the service checks them; a
     run ignores them), so one file can describe both."""
 
+    @property
+    def delegated_turns(self) -> int:
+        """The subagent turns the coordinator's tasks start: one per `call:delegate`."""
+        return sum("call:delegate" in task for task in self.coordinator.tasks)
+
+    @property
+    def planned_turns(self) -> int:
+        """The turns a run of this workload reports: the coordinator's tasks and the
+        subagent turns they delegate, the workers' turns, then one per fork, cancellation
+        and resume."""
+        workers = self.workers
+        return (
+            len(self.coordinator.tasks)
+            + self.delegated_turns
+            + workers.count * workers.turns
+            + min(workers.fork, workers.count)
+            + min(workers.cancel, workers.count)
+            + min(workers.resume, workers.count)
+        )
+
 
 def _strict_converter() -> cattrs.Converter:
     """No coercion: TOML already types its values, so a wrong type is an error to report."""

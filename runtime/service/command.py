@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from ..cli.common import check_location, fail, provider_for, run_async
+
 DEFAULT_STORE = "sqlite:actorloop.db"
 """The CLI's default store (the same as `actorloop run`)."""
 
@@ -91,7 +93,6 @@ def serve(
         raise click.ClickException(
             f"`actorloop serve` needs the serve extra (pip install 'actorloop[serve]'): {exc}"
         ) from exc
-    from ..cli.commands import check_location, fail, provider_for, run_async
     from ..errors import ActorloopError, sole_error
     from .auth import TOKEN_ENV, check_bind
     from .profiles import (

@@ -1,38 +1,46 @@
-"""The `actorloop` console script, run as a user would: installed entry point, real files,
-run from directories outside the repository."""
+"""The `actorloop` command line, run in-process through click's test runner: real stores
+and files, each command run from a directory of its own. tests/cli/test_cli_process.py runs
+the installed console script as a user would."""
 
 from __future__ import annotations
 
-import os
-import shutil
+import contextlib
+import logging
+import re
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+import trio
+from attrs import frozen
+from click.testing import CliRunner
 
 from actorloop.codecs.rows import event_crc
+from actorloop.runtime.cli.commands import main
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "runtime" / "cli" / "workloads" / "tiny.toml"
 
 
-def actorloop(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    script = shutil.which("actorloop", path=str(Path(sys.executable).parent))
-    command = [script] if script else [sys.executable, "-m", "actorloop.runtime.cli.commands"]
-    return subprocess.run(
-        [*command, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+@frozen
+class Ran:
+    """What one command did: its exit code and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def actorloop(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Ran:
+    """Run `actorloop ARGS` in-process from `cwd`; an exception other than an exit is not
+    an exit code but a crash, and fails the test with its traceback."""
+    with contextlib.chdir(cwd):
+        result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+    return Ran(result.exit_code, result.stdout, result.stderr)
 
 
 def session_ids(store: str, cwd: Path) -> list[str]:
@@ -72,7 +80,9 @@ def test_run_tiny_workload_completes_and_reports(ran: tuple[Path, str, dict[str,
     assert report["step_overhead_p99_ms"] >= report["step_overhead_p50_ms"] > 0
 
 
-def test_run_under_context_pressure_compacts_and_verifies(tmp_path: Path) -> None:
+def test_run_under_context_pressure_compacts_and_verifies(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = f"sqlite:{tmp_path / 'pressure.db'}"
     result = actorloop("run", "pressure", "--store", store, "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -80,6 +90,9 @@ def test_run_under_context_pressure_compacts_and_verifies(tmp_path: Path) -> Non
     assert report["compactions"] > 0
     assert report["verified_sessions"] == report["sessions"]
     assert report["turn_reasons"].get("error") is None
+    # a demo does not warn about itself: every compaction it runs succeeds
+    assert report["failed_compactions"] == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_sessions_verify_passes_on_every_session(ran: tuple[Path, str, dict[str, object]]) -> None:
@@ -137,7 +150,7 @@ def test_verify_fails_and_names_the_altered_event(tmp_path: Path) -> None:
     assert "event " in verified.stderr
 
 
-def _assert_bad_input(result: subprocess.CompletedProcess[str], fragment: str) -> None:
+def _assert_bad_input(result: Ran, fragment: str) -> None:
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("actorloop: "), result.stderr
@@ -246,22 +259,6 @@ def test_store_locations_that_are_not_stores_are_bad_input(tmp_path: Path) -> No
 # ---------------------------------------------------------------------- the default workload
 
 
-def test_run_without_arguments_runs_the_packaged_demo_anywhere(tmp_path: Path) -> None:
-    """From a directory that is not the repository, with the default store."""
-    assert not (tmp_path / "examples").exists()
-    result = actorloop("run", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "actorloop run: demo (demo-" in result.stdout
-    assert (tmp_path / "actorloop.db").exists()
-    # the report's usage rows, with the cached fraction of the billed input
-    [line] = [line for line in result.stdout.splitlines() if "input tokens" in line]
-    assert "% cached:" in line and " read, " in line and " written)" in line
-    assert any("output tokens" in line for line in result.stdout.splitlines())
-    listed = actorloop("sessions", "list", "--json", cwd=tmp_path)
-    assert listed.returncode == 0, listed.stderr
-    assert len(listed.stdout.splitlines()) == 8
-
-
 def test_the_run_report_usage_adds_up_to_the_sessions_usage(
     untouched: tuple[Path, str, dict[str, object]],
 ) -> None:
@@ -278,69 +275,6 @@ def test_the_run_report_usage_adds_up_to_the_sessions_usage(
     listed = actorloop("sessions", "--store", store, "list", "--json", cwd=cwd)
     rows = {row["id"]: row for row in map(orjson.loads, listed.stdout.splitlines())}
     assert {sid: row["usage"] for sid, row in rows.items()} == per_session
-
-
-def _copy_sources(target: Path) -> None:
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, target / name)
-    for folder in ("runtime", "actors", "codecs"):
-        shutil.copytree(
-            REPO / folder, target / folder, ignore=shutil.ignore_patterns("__pycache__")
-        )
-
-
-def test_an_installed_wheel_runs_the_default_workload_from_any_directory(
-    tmp_path: Path,
-) -> None:
-    """Built as `pip install` would (a wheel), installed apart from the source tree."""
-    source, wheels, site, work = (tmp_path / d for d in ("src", "wheels", "site", "work"))
-    for directory in (source, work):
-        directory.mkdir()
-    _copy_sources(source)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    built = subprocess.run(
-        [*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
-    [wheel] = wheels.glob("actorloop-*.whl")
-    installed = subprocess.run(
-        [*pip, "install", "--no-deps", "--target", str(site), str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert installed.returncode == 0, installed.stderr
-    assert (site / "actorloop" / "runtime" / "cli" / "workloads" / "demo.toml").is_file()
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run(
-        [sys.executable, "-c", "import actorloop.runtime as r; print(r.__file__)"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert where.stdout.startswith(str(site)), where.stdout + where.stderr
-    result = subprocess.run(
-        [sys.executable, "-m", "actorloop.runtime.cli.commands", "run", "--json"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    report = orjson.loads(result.stdout)
-    assert report["workload"] == "demo"
-    assert report["verified_sessions"] == report["sessions"] == 8
-    assert (work / "actorloop.db").exists()
 
 
 def test_packaged_workloads_are_listed_and_printable(tmp_path: Path) -> None:
@@ -408,15 +342,25 @@ def test_list_json_says_kind_parent_status_turns_and_usage(
     assert ids.stdout.splitlines() == list(rows)
 
 
+def terminal(columns: str) -> dict[str, str]:
+    """The environment of a terminal `columns` wide (rich then fits its output to it)."""
+    return {"COLUMNS": columns, "TTY_COMPATIBLE": "1", "NO_COLOR": "1"}
+
+
+def unstyled(text: str) -> str:
+    """`text` without the terminal's escape sequences (bold headers)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 def test_the_list_table_fits_the_terminal_and_its_ids_copy_whole(
     untouched: tuple[Path, str, dict[str, object]],
 ) -> None:
     cwd, store, _report = untouched
     whole = list(listed_rows(store, cwd))
     for columns in ("200", "80", "60"):
-        table = actorloop("sessions", "--store", store, "list", cwd=cwd, env={"COLUMNS": columns})
+        table = actorloop("sessions", "--store", store, "list", cwd=cwd, env=terminal(columns))
         assert table.returncode == 0, table.stderr
-        lines = table.stdout.splitlines()
+        lines = unstyled(table.stdout).splitlines()
         assert lines[-1] == "5 sessions"
         rows = [line for line in lines if line.strip().startswith("tiny-")]
         assert len(rows) == len(whole)  # one line per session: nothing wrapped
@@ -436,8 +380,8 @@ def test_the_list_table_fits_the_terminal_and_its_ids_copy_whole(
             show = actorloop("sessions", "--store", store, "show", cell, cwd=cwd)
             assert show.returncode == 0, show.stderr
             assert show.stdout.splitlines()[0] == f"session {session_id}"
-    wide = actorloop("sessions", "--store", store, "list", cwd=cwd, env={"COLUMNS": "200"})
-    child_line = next(line for line in wide.stdout.splitlines() if "subagent" in line)
+    wide = actorloop("sessions", "--store", store, "list", cwd=cwd, env=terminal("200"))
+    child_line = next(line for line in unstyled(wide.stdout).splitlines() if "subagent" in line)
     assert child_line.rstrip().endswith(next(i for i in whole if i.endswith("-coordinator")))
     assert "s ago" in child_line or "min ago" in child_line
 
@@ -642,7 +586,7 @@ def test_resume_keeps_the_stored_system_prompt_and_config(
     assert after[-1]["config"] == before[-1]["config"]
 
 
-async def test_show_renders_deltas_steering_context_and_blocked_prompts(tmp_path: Path) -> None:
+def test_show_renders_deltas_steering_context_and_blocked_prompts(tmp_path: Path) -> None:
     from actorloop.runtime import AgentOptions, Runtime, Tool
     from actorloop.runtime.model.hook_values import Block, PromptSubmit
     from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
@@ -665,20 +609,23 @@ async def test_show_renders_deltas_steering_context_and_blocked_prompts(tmp_path
         [tool_call("c1", "nudge", {"how": "gently"}), reply("one"), reply("two")]
     )
     url = f"sqlite:{tmp_path / 'misc.db'}"
-    async with Runtime.open(store=url, provider=provider) as rt:
-        rt.on("system-prompt/assemble", assemble)
-        rt.on("prompt/submit", gate)
-        tool = Tool("nudge", "Steer the turn.", {"type": "object"}, nudge)
-        agent = await rt.spawn(
-            AgentOptions(model="m", system="Be brief.", tools=(tool,)), session_id="misc"
-        )
-        await agent.send("hello")
-        agent.inject("a note from a plugin", source="notes")
-        await agent.wait_idle()
-        assert (await agent.send("forbidden words")).reason == "rejected"
-        sections.append("Today is Monday.")
-        assert (await agent.send("again")).reason == "completed"
 
+    async def write() -> None:
+        async with Runtime.open(store=url, provider=provider) as rt:
+            rt.on("system-prompt/assemble", assemble)
+            rt.on("prompt/submit", gate)
+            tool = Tool("nudge", "Steer the turn.", {"type": "object"}, nudge)
+            agent = await rt.spawn(
+                AgentOptions(model="m", system="Be brief.", tools=(tool,)), session_id="misc"
+            )
+            await agent.send("hello")
+            agent.inject("a note from a plugin", source="notes")
+            await agent.wait_idle()
+            assert (await agent.send("forbidden words")).reason == "rejected"
+            sections.append("Today is Monday.")
+            assert (await agent.send("again")).reason == "completed"
+
+    trio.run(write)  # the CLI runs trio itself: the log is written first
     shown = actorloop("sessions", "--store", url, "show", "misc", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout
@@ -693,3 +640,182 @@ async def test_show_renders_deltas_steering_context_and_blocked_prompts(tmp_path
     assert "header     delta: system patched (kept 1 + 0 lines, 2 lines inserted)" in text
     assert "[step 1 · m · 0 in, 1 out]" in text  # no cached share of nothing
     assert "no system prompt" not in text and 'system "Be brief."' in text
+
+
+# ---------------------------------------------------------------------- conventions
+
+
+@pytest.mark.parametrize("blank", ["", "  ", "\t"])
+def test_an_empty_or_blank_session_id_is_refused_by_every_command(
+    untouched: tuple[Path, str, dict[str, object]], blank: str
+) -> None:
+    cwd, store, _report = untouched
+    before = listed_rows(store, cwd)
+    coordinator = next(i for i in before if i.endswith("-coordinator"))
+    for command in (["show"], ["events"], ["verify"], ["fork"], ["resume"]):
+        _assert_bad_input(
+            actorloop("sessions", "--store", store, *command, blank, cwd=cwd),
+            "SESSION_ID is empty or blank",
+        )
+    _assert_bad_input(
+        actorloop("sessions", "--store", store, "fork", coordinator, "--child", blank, cwd=cwd),
+        "--child is empty or blank",
+    )
+    assert listed_rows(store, cwd) == before  # nothing was forked or resumed
+
+
+def test_store_is_taken_after_the_subcommand_and_from_the_environment(
+    untouched: tuple[Path, str, dict[str, object]], tmp_path: Path
+) -> None:
+    cwd, store, _report = untouched
+    ids = actorloop("sessions", "--store", store, "list", "--ids", cwd=cwd).stdout
+    after = actorloop("sessions", "list", "--ids", "--store", store, cwd=tmp_path)
+    assert after.returncode == 0 and after.stdout == ids
+    from_env = actorloop("sessions", "list", "--ids", cwd=tmp_path, env={"ACTORLOOP_STORE": store})
+    assert from_env.returncode == 0 and from_env.stdout == ids
+    # the option after the subcommand wins over the one before it, which wins over the env
+    elsewhere = f"sqlite:{tmp_path / 'none.db'}"
+    wins = actorloop("sessions", "--store", elsewhere, "list", "--ids", "--store", store, cwd=cwd)
+    assert wins.stdout == ids
+    before = actorloop(
+        "sessions", "--store", store, "list", "--ids", cwd=cwd, env={"ACTORLOOP_STORE": elsewhere}
+    )
+    assert before.stdout == ids
+    first = ids.splitlines()[0]
+    for args in (["show", first, "--store", store], ["verify", first, "--store", store]):
+        assert actorloop("sessions", *args, cwd=tmp_path).returncode == 0, args
+    # the hints name the store the user gave, so the command they suggest works as printed
+    missing = actorloop("sessions", "show", "no-such", "--store", store, cwd=tmp_path)
+    _assert_bad_input(missing, f"`actorloop sessions list --store {store}`")
+    ambiguous = actorloop("sessions", "show", "tiny-", "--store", store, cwd=tmp_path)
+    _assert_bad_input(ambiguous, f"`actorloop sessions list --store {store} --ids`")
+    assert not (tmp_path / "actorloop.db").exists()
+
+
+def test_a_run_on_a_memory_store_suggests_no_listing(tmp_path: Path) -> None:
+    on_memory = actorloop("run", "tiny", "--store", "memory:", cwd=tmp_path)
+    assert on_memory.returncode == 0, on_memory.stderr
+    assert "sessions list" not in on_memory.stdout
+    store = f"sqlite:{tmp_path / 'kept.db'}"
+    kept = actorloop("run", "tiny", "--store", store, cwd=tmp_path)
+    assert kept.stdout.splitlines()[-1] == f"per session: actorloop sessions list --store {store}"
+
+
+def test_the_workloads_list_says_the_turns_a_run_reports(
+    untouched: tuple[Path, str, dict[str, object]], tmp_path: Path
+) -> None:
+    _cwd, _store, report = untouched
+    listed = actorloop("workloads", "list", "--json", cwd=tmp_path)
+    rows = {row["name"]: row for row in map(orjson.loads, listed.stdout.splitlines())}
+    assert rows["tiny"]["planned_turns"] == report["turns"]
+    demo = actorloop(
+        "run", "demo", "--store", f"sqlite:{tmp_path / 'd.db'}", "--json", cwd=tmp_path
+    )
+    assert rows["demo"]["planned_turns"] == orjson.loads(demo.stdout)["turns"]
+
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_piped_list_keeps_ids_whole_and_every_column_the_readme_names(
+    untouched: tuple[Path, str, dict[str, object]],
+) -> None:
+    cwd, store, _report = untouched
+    whole = list(listed_rows(store, cwd))
+    table = actorloop("sessions", "--store", store, "list", cwd=cwd, env={"COLUMNS": "80"})
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    header = next(line for line in lines if line.strip().startswith("id "))
+    columns = re.split(r"\s{2,}", header.strip())
+    assert columns == [
+        "id",
+        "kind",
+        "status",
+        "turns",
+        "tokens in/out",
+        "cached",
+        "created",
+        "parent",
+    ]
+    rows = [line.split()[0] for line in lines if line.strip().startswith("tiny-")]
+    assert rows == whole  # whole ids, one line each: what a script reads
+    # the README lists the same columns, in the same order, under the same names
+    bullet = README.split("**`sessions list`**", 1)[1].split("\n* ", 1)[0]
+    named = bullet.split("in the columns ", 1)[1].split(". ", 1)[0]
+    assert re.findall(r"`([^`]+)`", re.sub(r"\([^()]*\)", "", named)) == columns
+
+
+def test_resume_with_the_workload_gets_its_tools_and_prefix_back(
+    ran: tuple[Path, str, dict[str, object]],
+) -> None:
+    cwd, store, _report = ran
+    worker = next(i for i in listed_rows(store, cwd) if i.endswith("-worker-1"))
+
+    def last_header() -> dict[str, Any]:
+        events = actorloop("sessions", "--store", store, "events", worker, cwd=cwd)
+        lines = [orjson.loads(line) for line in events.stdout.splitlines()]
+        headers = [e["data"]["header"] for e in lines if e["type"] == "request/header"]
+        return headers[-1]
+
+    stored = last_header()
+    assert [tool["name"] for tool in stored["tools"]] == ["lookup"]
+    assert len(stored["message_prefix"]) == 1
+    bare = actorloop("sessions", "--store", store, "resume", worker, cwd=cwd)
+    assert bare.returncode == 0, bare.stderr
+    [warning] = bare.stderr.splitlines()
+    assert warning.startswith("actorloop: warning: the stored session had tools lookup and ")
+    assert "a session prefix (1 message)" in warning and "--workload NAME" in warning
+    lacking = last_header()
+    assert "tools" not in lacking and "message_prefix" not in lacking  # what the warning said
+    again = actorloop("sessions", "--store", store, "resume", worker, "--workload", "tiny", cwd=cwd)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr == ""  # nothing lacking, nothing to warn about
+    restored = last_header()
+    assert restored["tools"] == stored["tools"]
+    assert restored["message_prefix"] == stored["message_prefix"]
+    assert restored["system"] == stored["system"]
+    help_text = actorloop("sessions", "resume", "--help", cwd=cwd).stdout
+    assert "--workload NAME" in help_text and "cache goes cold" in " ".join(help_text.split())
+    _assert_bad_input(
+        actorloop("sessions", "--store", store, "resume", worker, "--workload", "nope", cwd=cwd),
+        "no workload file 'nope'",
+    )
+
+
+def test_a_fork_inside_a_closed_turn_says_so_and_names_its_code_once(
+    untouched: tuple[Path, str, dict[str, object]],
+) -> None:
+    cwd, store, _report = untouched
+    coordinator = next(i for i in listed_rows(store, cwd) if i.endswith("-coordinator"))
+    events = actorloop("sessions", "--store", store, "events", coordinator, cwd=cwd)
+    inside = next(
+        e["seq"]
+        for e in map(orjson.loads, events.stdout.splitlines())
+        if e["type"] == "user/message"
+    )
+    refused = actorloop(
+        "sessions", "--store", store, "fork", coordinator, "--at", str(inside), cwd=cwd
+    )
+    _assert_bad_input(refused, "SessionForkError (OPEN_TURN): fork boundary ")
+    assert refused.stderr.count("OPEN_TURN") == 1
+    assert "got user/message: a fork seeds whole turns" in refused.stderr
+    nowhere = actorloop("sessions", "--store", store, "fork", coordinator, "--at", "99999", cwd=cwd)
+    _assert_bad_input(nowhere, "SessionForkError (INVALID_BOUNDARY): fork boundary 99999 is not")
+
+
+def test_a_damaged_sqlite_session_is_one_line_for_every_read(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'damaged.db'}"
+    ran = actorloop("run", "tiny", "--store", store, "--json", cwd=tmp_path)
+    worker = f"{orjson.loads(ran.stdout)['run_id']}-worker-1"
+    with sqlite3.connect(tmp_path / "damaged.db") as db:
+        # damage, not forgery: the row checksum no longer matches the bytes
+        db.execute(
+            "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'Step 1', 'Step 9') "
+            "AS BLOB) WHERE session_id = ? AND type = 'user/message'",
+            (worker,),
+        )
+    for command in ("verify", "show", "events"):
+        _assert_bad_input(
+            actorloop("sessions", command, worker, "--store", store, cwd=tmp_path),
+            "SessionCorruptError: corrupt session log at sqlite ",
+        )

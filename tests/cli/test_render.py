@@ -6,7 +6,21 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actorloop.runtime.cli.render import ELLIPSIS, ago, expand, iso_utc, plural, shorten_ids, tokens
+from actorloop.runtime.cli.render import (
+    ELLIPSIS,
+    FAILED_MARK,
+    FAILED_STYLE,
+    ago,
+    expand,
+    iso_utc,
+    plural,
+    shorten_ids,
+    timeline,
+    tokens,
+)
+from actorloop.runtime.model.chunks import ErrorInfo
+from actorloop.runtime.model.events import CompactionEnd, CompactionSummary, SessionEvent
+from actorloop.runtime.model.meta import SessionMeta
 
 NOW = 1_800_000_000_000
 
@@ -68,3 +82,29 @@ def test_every_shortened_id_names_exactly_its_session(ids: list[str], width: int
             assert expand(text, ids) == (session_id,)
         if len(session_id) <= width:
             assert text == session_id  # what fits is never cut
+
+
+def test_a_failed_compaction_is_marked_apart_from_a_summary() -> None:
+    events = [
+        SessionEvent(
+            "compaction/summary",
+            0,
+            NOW,
+            CompactionSummary("c1", "what happened", (1, 2), 40, "sim", "sim-1", 512),
+        ),
+        SessionEvent("compaction/end", 1, NOW, CompactionEnd("c1", 1)),
+        SessionEvent(
+            "compaction/end",
+            2,
+            NOW,
+            CompactionEnd("c2", 1, ErrorInfo("summary is not smaller", "SUMMARY_TOO_LARGE")),
+        ),
+    ]
+    summary, failed = timeline(SessionMeta("s"), events)
+    assert FAILED_MARK not in summary.plain and summary.style != FAILED_STYLE
+    assert failed.plain.split(None, 1) == [
+        "compaction",
+        f"{FAILED_MARK} failed (SUMMARY_TOO_LARGE): summary is not smaller; "
+        "the history stays as it was",
+    ]
+    assert failed.style == FAILED_STYLE

@@ -86,7 +86,8 @@ def test_default_boundary_on_an_open_turn_is_OPEN_TURN() -> None:
     with pytest.raises(SessionForkError) as info:
         parent.fork()
     assert info.value.code == "OPEN_TURN"
-    assert "OPEN_TURN" in str(info.value)
+    assert "OPEN_TURN" not in str(info.value)  # the code is `.code`, not repeated in the text
+    assert "has an open turn" in str(info.value)
 
 
 @pytest.mark.parametrize("boundary", [0, 1, 3])
@@ -107,7 +108,10 @@ def test_a_boundary_naming_no_event_is_INVALID_BOUNDARY(boundary: object) -> Non
 
 def test_a_boundary_message_names_what_it_is() -> None:
     parent, _, _ = three_turns()
-    expected = "OPEN_TURN: fork boundary 1 in session parent must be turn/end, got user/message"
+    expected = (
+        "fork boundary 1 in session parent must be turn/end, got user/message: a fork seeds "
+        "whole turns, and a seed ending there would end inside a turn"
+    )
     with pytest.raises(SessionForkError) as info:
         parent.fork(1)
     assert str(info.value) == expected

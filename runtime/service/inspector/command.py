@@ -34,7 +34,7 @@ def inspect(store_url: str, port: int) -> None:
         raise click.ClickException(
             f"`actorloop inspect` needs the serve extra (pip install 'actorloop[serve]'): {exc}"
         ) from exc
-    from ...cli.commands import check_location, fail, provider_for, run_async
+    from ...cli.common import check_location, fail, provider_for, run_async
     from ...errors import sole_error
     from ..profiles import AppConfig, add_default_profile
 
