@@ -22,7 +22,6 @@ one outage does not fail the store closed; such a commit landed whole or not at 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -31,7 +30,6 @@ from typing import Any, TypeVar
 import psycopg
 import trio
 from attrs import frozen
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ....codecs.rows import (
     READ_COLUMNS,
@@ -74,22 +72,15 @@ from ..base import (
 )
 from ..ids import check_session_id
 from ..leases import Lease
-from . import schema
 from .claims import Claim, Claims, Owner
 from .commit import GroupCommit, RowRefused, Write
-from .config import PgSettings, parse_url
+from .config import parse_url
+from .connections import Connections
 from .keeper import LeaseKeeper
-from .locks import ATTEMPTS, ROLLED_BACK, rolled_back, run_retried
+from .locks import rolled_back
 
 T = TypeVar("T")
 log = logging.getLogger("actorloop.stores.postgres")
-
-CONNECT_TIMEOUT_S = 5
-"""libpq's connect timeout unless the URL sets one."""
-POOL_WAIT_S = 2.0
-"""How long a call waits for a pooled connection before it is `StoreUnavailable`. Calls are
-limited to the pool's size, so a call waits only while connections cannot be made (the
-database is down or unreachable): it fails soon, typed, rather than hang."""
 
 _SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
 _OWNER_COLUMNS = "owner_node, owner_epoch, coalesce(lease_expires > now(), false)"
@@ -112,13 +103,6 @@ class _Stored:
     owner: Owner
 
 
-def _unavailable(settings: PgSettings, exc: BaseException) -> StoreUnavailable:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    error = StoreUnavailable(f"postgres {settings.display}: the database is unavailable: {message}")
-    error.__cause__ = exc
-    return error
-
-
 class PostgresStore:
     """The `Store` seam over PostgreSQL; see the module docstring. Open with
     `open_store("postgresql://user@host/db?lease_s=15")` or `PostgresStore(url)`."""
@@ -129,60 +113,13 @@ class PostgresStore:
         self.node = self.settings.node
         self._claims = Claims(self.node, self.url, on_release=self._wake_keeper)
         self._limiter = trio.CapacityLimiter(self.settings.pool_max)
-        self._pool: ConnectionPool | None = None
-        self._pool_lock = threading.Lock()
-        self._schema_ready = False
+        self._connections = Connections(self.settings)
         self._closed = False
         self._keeper = LeaseKeeper(self._claims, self.settings, self._run)
         self._group_commit = GroupCommit(self._claims, self.settings, self._corrupt)
         self._fence_listeners: list[Callable[[str], None]] = []
 
-    # connections -----------------------------------------------------------------------
-
-    def _open_pool(self) -> ConnectionPool:
-        with self._pool_lock:
-            if self._closed:
-                raise StoreError(f"postgres store {self.url} is closed")
-            if self._pool is None:
-                kwargs: dict[str, Any] = {"autocommit": True}
-                if "connect_timeout" not in self.settings.conninfo:
-                    kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
-                kwargs["application_name"] = f"actorloop {self.node}"[:63]
-                pool = ConnectionPool(
-                    self.settings.conninfo,
-                    min_size=1,
-                    max_size=self.settings.pool_max,
-                    kwargs=kwargs,
-                    open=False,
-                    timeout=POOL_WAIT_S,
-                    check=ConnectionPool.check_connection,
-                    name=f"actorloop-{self.node}",
-                )
-                pool.open(wait=False)
-                self._pool = pool
-            return self._pool
-
-    def _call(self, work: Callable[[psycopg.Connection], T]) -> T:
-        """Run `work` on a pooled connection (in the calling worker thread)."""
-        if self._closed:
-            raise StoreError(f"postgres store {self.url} is closed")
-        try:
-            pool = self._open_pool()
-            with pool.connection() as conn:
-                if not self._schema_ready:
-                    schema.prepare(conn)
-                    self._schema_ready = True
-                return run_retried(self.url, work, conn)
-        except ROLLED_BACK as exc:
-            # Not an outage: the database kept choosing this transaction to roll back.
-            raise StoreError(
-                f"postgres {self.url}: the database rolled this transaction back "
-                f"{ATTEMPTS} times ({str(exc).strip().splitlines()[0]}); giving up"
-            ) from exc
-        except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise _unavailable(self.settings, exc) from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"postgres {self.url}: {type(exc).__name__}: {exc}") from exc
+    # connections (connections.py) ------------------------------------------------------
 
     async def execute(self, work: Callable[[psycopg.Connection], T]) -> T:
         """Run `work(connection)` on a pooled connection in a worker thread (for the other
@@ -194,18 +131,14 @@ class PostgresStore:
     def connect(self) -> psycopg.Connection:
         """A new connection of its own, outside the pool (blocking: call it in a worker
         thread), e.g. to LISTEN; the caller closes it."""
-        try:
-            return psycopg.connect(
-                self.settings.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-            )
-        except psycopg.OperationalError as exc:
-            raise _unavailable(self.settings, exc) from exc
+        return self._connections.connect()
 
     async def _run(self, work: Callable[[psycopg.Connection], T]) -> T:
         if self._closed:
             raise StoreError(f"postgres store {self.url} is closed")
         try:
-            return await trio.to_thread.run_sync(partial(self._call, work), limiter=self._limiter)
+            call = partial(self._connections.call, work)
+            return await trio.to_thread.run_sync(call, limiter=self._limiter)
         finally:
             self._report_fences()
 
@@ -640,12 +573,10 @@ class PostgresStore:
         # Every lease still held is given back now, so another instance can claim its
         # session at once instead of waiting for the lease to expire.
         self._claims.release_all()
-        if self._pool is not None:
+        if self._connections.opened:
             try:
                 await self._run(self._keeper.final_round())
             except ActorloopError as exc:
                 log.warning("postgres %s: leases not released on close: %s", self.url, exc)
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await trio.to_thread.run_sync(pool.close)
+        await trio.to_thread.run_sync(self._connections.close)
