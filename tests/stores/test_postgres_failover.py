@@ -297,6 +297,41 @@ async def test_sigstop_past_the_lease_then_sigcont_is_fenced(tmp_path: Path, pg_
     assert "fenced" in err
 
 
+async def test_sigcont_stops_taken_over_idle_agents_and_routes_their_requests(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """An agent idle at its owner when the owner is stopped past its lease: after another
+    instance took the session over and the old owner resumes, the old owner's agent is
+    stopped (not live there any more) and its requests are handed to the new owner — a
+    GET shows the new owner's events, a send runs the next turn there."""
+    async with servers(tmp_path, pg_url, ("a", "b"), latency_ms=50) as procs:
+        async with client(procs["a"]) as at_a, client(procs["b"]) as at_b:
+            await at_a.post("/v1/sessions", json={"session_id": "idle"})
+            assert (await send_until_answered(at_a, "idle", "hello"))["turn"] == 1
+            assert (await at_a.get("/v1/sessions/idle")).json()["live"] is True
+            procs["a"].proc.send_signal(signal.SIGSTOP)
+            await until(
+                pg_url,
+                "SELECT lease_expires <= now() FROM actorloop.sessions WHERE id = 'idle'",
+            )
+            taken = await send_until_answered(at_b, "idle", "taken over")
+            assert (taken["turn"], taken["reason"]) == (2, "completed")
+            [(head,)] = query(pg_url, "SELECT head FROM actorloop.sessions WHERE id = 'idle'")
+            procs["a"].proc.send_signal(signal.SIGCONT)
+            detail = await at_a.get("/v1/sessions/idle")
+            assert detail.status_code == 200, detail.text
+            assert (detail.json()["events"], detail.json()["turns"]) == (head, 2)  # b's view
+            listed = (await at_a.get("/v1/sessions")).json()["sessions"]
+            assert [s["live"] for s in listed if s["id"] == "idle"] == [False]  # stopped at a
+            again = await at_a.post("/v1/sessions/idle/messages", json={"content": "via a"})
+            assert again.status_code == 200, again.text
+            assert (again.json()["turn"], again.json()["reason"]) == (3, "completed")
+            assert query(pg_url, "SELECT owner_node FROM actorloop.sessions") == [("b",)]
+            assert (await at_b.get("/v1/sessions/idle/verify")).json()["ok"] is True
+        _code, _out, err = await trio.to_thread.run_sync(procs["a"].terminate)
+    assert "fenced" in err
+
+
 @pytest.fixture
 def own_server() -> Iterator[PgServer]:
     """A PostgreSQL server of this test's own, to restart without touching the others'."""

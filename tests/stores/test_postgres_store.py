@@ -7,6 +7,7 @@ recovery, no loss, once it is back. Against a real server (tests/pg_server.py)."
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -151,20 +152,49 @@ async def test_a_lease_renewal_finds_a_takeover(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     old, new = PostgresStore(f"{pg_url}?node=web-1"), PostgresStore(f"{pg_url}?node=web-1")
+    fenced: list[str] = []
+    old.on_fenced(fenced.append)
     try:
         await stored(old, closed_log("s", 1))
         lease = old.claim("s")
         await old.acquire(lease)
+        assert await old.owns("s") is True
         await new.acquire(new.claim("s"))
         with caplog.at_level(logging.ERROR, logger="actorloop.stores.postgres"):
             await old.write_releases()  # one keeper round: renews, finds the lease lost
         assert ["fenced" in record.message for record in caplog.records] == [True]
+        assert fenced == ["s"]  # told once, so the session's agent can stop
+        assert await old.owns("s") is False
         with pytest.raises(SessionFenced, match="was taken over"):
             await old.append("s", closed_log("s", 2).events[13:])
         assert caplog.records[-1].message.count("fenced") == 1  # not reported twice
     finally:
         await old.close()
         await new.close()
+
+
+async def test_a_lease_not_renewed_for_a_while_is_checked_before_it_is_trusted(
+    pg_url: str,
+) -> None:
+    """The process freezes (a SIGSTOP, a stop-the-world pause: here the trio thread
+    blocks) past half its lease while another node takes the session over: the first
+    `owns` after it asks the database instead of trusting the stale renewal."""
+    store = PostgresStore(f"{pg_url}?lease_s=0.2&node=paused")
+    fenced: list[str] = []
+    store.on_fenced(fenced.append)
+    try:
+        await stored(store, closed_log("s", 1))
+        await store.acquire(store.claim("s"))
+        sql(
+            pg_url,
+            "UPDATE actorloop.sessions SET owner_epoch = owner_epoch + 1, owner_node = 'other' "
+            "WHERE id = 's'",
+        )
+        time.sleep(0.2)  # noqa: ASYNC251 (the freeze itself: nothing here runs meanwhile)
+        assert await store.owns("s") is False
+        assert fenced == ["s"]
+    finally:
+        await store.close()
 
 
 async def test_another_node_cannot_claim_a_live_lease_and_close_releases_it(

@@ -250,6 +250,7 @@ class PostgresStore:
         lapsed = time.monotonic() - claim.renewed >= IN_DOUBT * self.settings.lease_s
         if claim.epoch is not None and claim.fenced is None and lapsed:
             await self._run(self._keeper.round)
+        self._report_fences()  # a round in a worker thread may have fenced it just now
         return claim.fenced is None
 
     async def owner(self, session_id: str) -> Owner | None:
