@@ -23,6 +23,7 @@ from actorloop.runtime.errors import (
     SessionBusy,
     SessionCorruptError,
     SessionFenced,
+    SessionWriteError,
     StoreError,
     StoreUnavailable,
     StoreUrlError,
@@ -406,4 +407,37 @@ async def test_while_the_server_is_down_errors_are_typed_and_nothing_is_lost(
         for sid, session in logs.items():
             assert (await store.load(sid))[1] == session.events
     finally:
+        await store.close()
+
+
+async def test_after_a_commit_failed_the_next_write_names_that_failure(
+    own_server: PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer whose commit failed unconfirmed goes on with its later events (as a loop's
+    closing `turn/end` does): refused for the missing events, naming the outage, not
+    "another writer"; the events that failed go through once written again."""
+    store = PostgresStore(own_server.url("postgres"))
+    session = closed_log("held", 3)
+    lease = store.claim("held")
+    try:
+        await store.create(session.meta)
+        await store.append("held", session.events[:13])
+        own_server.stop("immediate")
+        with (
+            caplog.at_level(logging.CRITICAL, logger="actorloop"),
+            pytest.raises(StoreUnavailable),
+        ):
+            await store.append("held", session.events[13:20])
+        own_server.start()
+        await load_once_reconnected(store, "held")
+        with pytest.raises(SessionWriteError) as info:
+            await store.append("held", session.events[20:])
+        message = str(info.value)
+        assert "seq 13" in message and "StoreUnavailable" in message, message
+        assert "another writer" not in message
+        assert isinstance(info.value.__cause__, StoreUnavailable)
+        await store.append("held", session.events[13:])
+        assert (await store.load("held", repair=False))[1] == session.events
+    finally:
+        lease.release()
         await store.close()

@@ -42,16 +42,19 @@ class Owner:
 
 class Claim:
     """One lease's standing in the database: `epoch` once taken (None before), `fenced`
-    once a commit or a renewal found the epoch moved on, and `renewed`, when (this
-    process's monotonic clock) the round that last renewed its lease started."""
+    once a commit or a renewal found the epoch moved on, `renewed`, when (this process's
+    monotonic clock) the round that last renewed its lease started, and `unconfirmed`,
+    the first seq and the error of a commit of it that failed unconfirmed (cleared by its
+    next commit), so that a write that no longer continues the tail names that cause."""
 
-    __slots__ = ("epoch", "fenced", "renewed", "session_id")
+    __slots__ = ("epoch", "fenced", "renewed", "session_id", "unconfirmed")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.epoch: int | None = None
         self.fenced: SessionFenced | None = None
         self.renewed = 0.0
+        self.unconfirmed: tuple[int, Exception] | None = None
 
 
 class Claims:

@@ -14,7 +14,14 @@ import psycopg
 from attrs import frozen
 
 from ....codecs.rows import EventRow
-from ...errors import SessionError, SessionFenced, SessionNotFound, StoreError
+from ...errors import (
+    SessionError,
+    SessionFenced,
+    SessionNotFound,
+    SessionValidationError,
+    SessionWriteError,
+    StoreError,
+)
 from ..base import Failures, check_seqs
 from .claims import Claim, Claims, Owner
 from .config import PgSettings
@@ -51,6 +58,25 @@ class Write:
     owner: str | None
     claim: Claim | None
     started: float = 0.0
+
+
+def _after_failed_commit(
+    claim: Claim | None, session_id: str, head: int, exc: SessionValidationError
+) -> SessionError | SessionWriteError:
+    """The error for rows that do not continue the stored tail at `head`: the earlier
+    commit that failed, if its events are what is missing (not another writer's), else
+    `exc`."""
+    if claim is None or claim.unconfirmed is None or claim.unconfirmed[0] != head:
+        return exc
+    first, cause = claim.unconfirmed
+    error = SessionWriteError(
+        session_id,
+        f"its commit of the events from seq {first} failed ({type(cause).__name__}: "
+        f"{cause}) and did not land, so seq {exc.seq} does not continue the stored tail; "
+        "load the session again to go on from what is stored",
+    )
+    error.__cause__ = cause
+    return error
 
 
 class RowRefused(Exception):
@@ -129,8 +155,14 @@ class GroupCommit:
                     raise self._claims.busy(
                         session_id, owner, "; refusing to append without its lease"
                     )
-                check_seqs(session_id, [row[1] for row in session_rows], head)
-            except (SessionError, SessionFenced) as exc:
+                try:
+                    check_seqs(session_id, [row[1] for row in session_rows], head)
+                except SessionValidationError as exc:
+                    error = _after_failed_commit(claim, session_id, head, exc)
+                    if error is exc:
+                        raise
+                    raise error  # noqa: B904 (its cause is the failed commit, set)
+            except (SessionError, SessionFenced, SessionWriteError) as exc:
                 failures[session_id] = exc
                 continue
             plan[session_id] = Write(session_rows, write_epoch, after, claim, started)

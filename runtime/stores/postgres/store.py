@@ -220,6 +220,7 @@ class PostgresStore:
         and its lease was renewed (renewed from now on by the keeper)."""
         if claim is None:
             return
+        claim.unconfirmed = None
         if claim.epoch is None:
             self._claims.taken(claim, epoch, started)
             self._keeper.ensure()
@@ -300,7 +301,8 @@ class PostgresStore:
         try:
             await self.append_batch(((session_id, events),))
         except GroupCommitError as exc:
-            raise sole_failure(exc) from None
+            failure = sole_failure(exc)
+            raise failure from failure.__cause__  # the group is noise; the cause is not
 
     async def append_batch(self, batch: Batch) -> None:
         failures: Failures = {}
@@ -335,8 +337,11 @@ class PostgresStore:
                     raise
                 # Not confirmed, or rolled back: every session of the commit failed (it
                 # landed whole or not at all); the store goes on with the next one.
-                for session_id in rows:
+                for session_id, session_rows in rows.items():
                     failures.setdefault(session_id, exc)
+                    claim = self._claims.of(session_id)
+                    if claim is not None and claim.unconfirmed is None:
+                        claim.unconfirmed = (session_rows[0][1], exc)
             for write in written.values():
                 self._taken(write.claim, write.epoch, write.started)
         raise_failures(failures)
