@@ -226,10 +226,11 @@ class Router:
                     return None
                 if state.state == "taken":
                     raise OwnerLost(
-                        f"node {target!r}, owner of session {session_id!r}, died while "
-                        "handling this request; the session is taken over once its lease "
-                        "expires. Read its events to see whether the request took effect, "
-                        "then retry"
+                        f"node {target!r}, owner of session {session_id!r}, stopped "
+                        "answering while handling this request (its heartbeat lapsed: it "
+                        "crashed, paused, or lost the database), so the outcome is unknown; "
+                        "the session is taken over once its lease expires. Read its events "
+                        "to see whether the request took effect, then retry"
                     )
         except BaseException:
             if waiter.state is None or waiter.state.state not in ("done", "withdrawn"):

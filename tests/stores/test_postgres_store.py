@@ -262,6 +262,41 @@ async def test_a_fenced_agent_stops_and_writes_nothing(
 # forks and damage --------------------------------------------------------------------------
 
 
+async def test_the_sweep_removes_rows_of_dead_nodes_nobody_reads(
+    store: PostgresStore, pg_url: str
+) -> None:
+    await store.exists("s")  # the schema
+    sql(
+        pg_url,
+        "INSERT INTO actorloop.nodes (id, expires) VALUES ('gone', now() - interval '1 hour'), "
+        "('alive', now() + interval '1 hour'), ('pausing', now() - interval '1 second')",
+    )
+    rows = {
+        "sender gone": ("gone", "alive", "pending", "1 hour"),
+        "owner died handling it": ("alive", "gone", "taken", "1 hour"),
+        "sender will withdraw it": ("alive", "gone", "pending", "1 hour"),
+        "being handled": ("alive", "alive", "taken", "1 hour"),
+        "sender gone, but just now": ("gone", "alive", "pending", "0 seconds"),
+    }
+    ids = {}
+    for name, (origin, target, state, age) in rows.items():
+        [(ids[name],)] = sql(
+            pg_url,
+            "INSERT INTO actorloop.inbox (session_id, target_node, origin_node, request, body, "
+            "state, created) VALUES ('s', %s, %s, '', '', %s, now() - %s::interval) RETURNING id",
+            target,
+            origin,
+            state,
+            age,
+        )
+    swept = await store.sweep()
+    assert (swept.inbox_rows, swept.nodes) == (2, 1)
+    left = {row[0] for row in sql(pg_url, "SELECT id FROM actorloop.inbox")}
+    assert left == {ids[name] for name in list(rows)[2:]}
+    nodes = {row[0] for row in sql(pg_url, "SELECT id FROM actorloop.nodes")}
+    assert "gone" not in nodes and {"alive", "pausing"} <= nodes
+
+
 async def test_a_fork_stores_only_a_pointer(store: PostgresStore, pg_url: str) -> None:
     await stored(store, closed_log("parent", 4))
     await store.fork("parent", 38, "child")

@@ -1,6 +1,7 @@
 """The lease keeper of a `PostgresStore`: a background task that renews every lease the
 store holds and its node's heartbeat each `lease_s / 3`, writes the releases owed to the
-database (woken at once by a release), and fences a lease whose epoch moved on.
+database (woken at once by a release), and fences a lease whose epoch moved on. It also
+sweeps the rows of dead nodes (`sweep`), when it starts and every `SWEEP_EVERY_S`.
 
 A round locks the rows of its releases and renewals together, in id order, before it
 updates any (`locks`): it cannot deadlock with a group commit.
@@ -19,6 +20,7 @@ import trio
 from .claims import Claims
 from .config import PgSettings
 from .locks import LOCK_SESSIONS
+from .sweep import SWEEP_EVERY_S, sweep
 
 log = logging.getLogger("actorloop.stores.postgres")
 
@@ -46,7 +48,7 @@ class LeaseKeeper:
         self,
         claims: Claims,
         settings: PgSettings,
-        run: Callable[[Callable[[psycopg.Connection], None]], Awaitable[None]],
+        run: Callable[[Callable[[psycopg.Connection], object]], Awaitable[object]],
     ) -> None:
         self._claims = claims
         self._settings = settings
@@ -57,6 +59,7 @@ class LeaseKeeper:
         self._wake = trio.Event()
         self._failing = False
         self._stopped = False
+        self._swept: float | None = None
 
     def ensure(self) -> None:
         """Start the task (a system task, cancelled by `stop`), once."""
@@ -103,8 +106,21 @@ class LeaseKeeper:
                         if self._failing:
                             log.warning("postgres %s: renewing leases again", self._where)
                         self._failing = False
+                        await self._sweep_when_due()
         finally:
             self._done.set()
+
+    async def _sweep_when_due(self) -> None:
+        now = time.monotonic()
+        if self._swept is not None and now - self._swept < SWEEP_EVERY_S:
+            return
+        self._swept = now
+        try:
+            swept = await self._run(sweep)
+        except Exception as exc:
+            log.warning("postgres %s: cannot sweep dead nodes' rows: %s", self._where, exc)
+        else:
+            log.debug("postgres %s: swept %s", self._where, swept)
 
     def final_round(self) -> Callable[[psycopg.Connection], None]:
         """The last round, on close: releases written, the node's heartbeat removed."""

@@ -78,6 +78,7 @@ from .config import parse_url
 from .connections import Connections
 from .keeper import LeaseKeeper
 from .locks import rolled_back
+from .sweep import Swept, sweep
 
 T = TypeVar("T")
 log = logging.getLogger("actorloop.stores.postgres")
@@ -571,6 +572,10 @@ class PostgresStore:
 
     def _wake_keeper(self) -> None:
         self._keeper.wake()
+
+    async def sweep(self) -> Swept:
+        """Remove the rows of dead nodes now (`sweep`; the keeper does it every minute)."""
+        return await self._run(sweep)
 
     async def close(self) -> None:
         if self._closed:
