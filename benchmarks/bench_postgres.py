@@ -15,7 +15,11 @@ synchronous_commit on):
   claims a session of 1,000 and of 100,000 events and loads it (`load(lease=...)`: the
   claim, every row read, checksummed and validated);
 * failover time: a child process owning 100 sessions is killed with SIGKILL; the time until
-  another store has claimed and replayed all of them, with a 2 s lease.
+  another store has claimed and replayed all of them, with a 2 s lease;
+* routing: two serve instances (in this process, each its own runtime, store and socket)
+  on the server; the median latency of `GET /v1/sessions/{id}` and of a send answered by
+  the session's owner, and by the other instance (handed to the owner through the
+  database).
 
     python -m benchmarks.bench_postgres [--quick]
 
@@ -52,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(ROOT / "tests" / "kits"))
 from pg_server import PgServer  # noqa: E402  (the tests' server helper, on purpose)
+from serve_kit import HeldModel, app_config_for, running_server  # noqa: E402  (likewise)
 
 _OWNER = """
 import sys, trio
@@ -283,6 +288,38 @@ async def failover(url: str, sessions: int, lease_s: float) -> dict[str, Any]:
     }
 
 
+async def routing_latency(url: str, requests: int) -> dict[str, Any]:
+    """Median latencies (ms) at the owner and routed: the module docstring."""
+    store = f"{url}?lease_s=15&poll_s=1"
+    medians: dict[str, float] = {}
+    async with (
+        running_server(app_config_for(HeldModel(), store), store=store) as owner,
+        running_server(app_config_for(HeldModel(), store), store=store) as other,
+        owner.client() as at_owner,
+        other.client() as at_other,
+    ):
+        await at_owner.post("/v1/sessions", json={"session_id": "routed"})
+        await at_owner.post("/v1/sessions/routed/messages", json={"content": "warm up"})
+        for where, http in (("owner", at_owner), ("routed", at_other)):
+            gets: list[float] = []
+            for _ in range(requests):
+                started = time.perf_counter()
+                answer = await http.get("/v1/sessions/routed")
+                gets.append(time.perf_counter() - started)
+                assert answer.status_code == 200, answer.text
+            sends: list[float] = []
+            for index in range(max(5, requests // 4)):
+                started = time.perf_counter()
+                answer = await http.post(
+                    "/v1/sessions/routed/messages", json={"content": f"{where} {index}"}
+                )
+                sends.append(time.perf_counter() - started)
+                assert answer.status_code == 200, answer.text
+            medians[f"get_{where}_ms"] = statistics.median(gets) * 1000
+            medians[f"send_{where}_ms"] = statistics.median(sends) * 1000
+    return {"requests": requests, **medians}
+
+
 def markdown(report: dict[str, Any]) -> str:
     env = report["environment"]
     lines = [
@@ -350,6 +387,25 @@ def markdown(report: dict[str, Any]) -> str:
         f"first after {fo['first_taken_s']:.2f} s, all after {fo['all_taken_s']:.2f} s.",
         "",
     ]
+    route = report.get("routing")
+    if route is not None:
+        lines += [
+            "## Routing between two instances",
+            "",
+            f"Median of {route['requests']} `GET /v1/sessions/{{id}}` (and of a quarter as many",
+            "sends, a one-step echo turn) at the session's owner and at the other instance,",
+            "which hands each to the owner through the database (docs/deployment.md §2.1).",
+            "",
+            "| | at the owner | routed | routing adds |",
+            "|---|---:|---:|---:|",
+        ]
+        for name in ("get", "send"):
+            at_owner, routed = route[f"{name}_owner_ms"], route[f"{name}_routed_ms"]
+            lines.append(
+                f"| {name.upper() if name == 'get' else name} | {at_owner:.1f} ms | "
+                f"{routed:.1f} ms | {routed - at_owner:.1f} ms |"
+            )
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -381,6 +437,7 @@ async def run(quick: bool) -> dict[str, Any]:
                 await claim_replay(url, 100_000, 1 if quick else 3),
             ],
             "failover": await failover(url, 100, 2.0),
+            "routing": await routing_latency(url, 20 if quick else 100),
         }
         for sessions, turns in plan:
             # Each floor right after its group commit: the same minute, the same server.
