@@ -1,4 +1,4 @@
-"""PostgreSQL store benchmark, against a real server started for the run (tests/pg_server.py:
+"""PostgreSQL store benchmark, against a real server started for the run (tests/kits/pg_server.py:
 initdb in a temporary directory, loopback port, default durability — fsync and
 synchronous_commit on):
 

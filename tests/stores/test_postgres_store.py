@@ -1,8 +1,10 @@
 """The PostgreSQL store beyond the shared contract (tests/test_stores.py runs that): its URL,
 fenced ownership (a writer whose lease was taken over lands nothing, in a group commit too,
 and never retries), leases released on close, O(1) forks, damage found in the rows, a
-statement refused for one session isolated, and typed errors while the server is down with
-recovery, no loss, once it is back. Against a real server (tests/pg_server.py)."""
+statement refused for one session isolated, typed errors while the server is down with
+recovery, no loss, once it is back (and a later write naming the failed commit), fences
+reported to listeners, a stale lease checked before it is trusted, and the sweep of dead
+nodes' rows. Against a real server (tests/kits/pg_server.py)."""
 
 from __future__ import annotations
 
