@@ -1,15 +1,25 @@
-"""PostgreSQL store benchmark, against a real server started for the run (tests/pg_server.py:
+"""PostgreSQL store benchmark, against a real server started for the run (tests/kits/pg_server.py:
 initdb in a temporary directory, loopback port, default durability — fsync and
 synchronous_commit on):
 
 * durable events/s through the CodecActor with group commit across 1, 100 and 1,000
   concurrent sessions (each session holds its lease; step batches of 5 events, submit +
   barrier, as the loop persists before each model call and tool body);
+* the floors it is measured against, in the same run on the same server, with the same
+  rows already encoded (so they measure the database alone): every round's rows of all
+  sessions in one `COPY` and in one `executemany`, each round a committed transaction
+  (the group commit's ideal), and one transaction per barrier (each session commits each
+  of its batches alone, `pool_max` = 10 connections at once: no group commit); the
+  ratios of the group commit to them;
 * claim + replay latency: a new owner (another store instance, as another serve instance)
   claims a session of 1,000 and of 100,000 events and loads it (`load(lease=...)`: the
   claim, every row read, checksummed and validated);
 * failover time: a child process owning 100 sessions is killed with SIGKILL; the time until
-  another store has claimed and replayed all of them, with a 2 s lease.
+  another store has claimed and replayed all of them, with a 2 s lease;
+* routing: two serve instances (in this process, each its own runtime, store and socket)
+  on the server; the median latency of `GET /v1/sessions/{id}` and of a send answered by
+  the session's owner, and by the other instance (handed to the owner through the
+  database).
 
     python -m benchmarks.bench_postgres [--quick]
 
@@ -19,12 +29,15 @@ Writes benchmarks/results/postgres.json and postgres.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import platform
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,15 +46,17 @@ import psycopg
 import trio
 
 from actorloop.actors.codec import CodecActor
-from actorloop.runtime.errors import SessionBusy
+from actorloop.codecs.rows import event_rows
+from actorloop.runtime.errors import SessionBusy, StoreUnavailable
 from actorloop.runtime.log.session import SessionMeta
 from actorloop.runtime.stores.postgres import PostgresStore
 from benchmarks.bench_store import STEP_BATCH, build_log
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "kits"))
 from pg_server import PgServer  # noqa: E402  (the tests' server helper, on purpose)
+from serve_kit import HeldModel, app_config_for, running_server  # noqa: E402  (likewise)
 
 _OWNER = """
 import sys, trio
@@ -88,6 +103,109 @@ async def throughput(url: str, sessions: int, turns: int) -> dict[str, Any]:
         "barriers": sessions * len(batches),
         "seconds": elapsed,
         "events_per_s": total / elapsed,
+    }
+
+
+_FLOOR_TABLE = "public.floor_events"
+_FLOOR_COLUMNS = "session_id, seq, type, time, body, crc, epoch"
+FLOOR_CONNECTIONS = 10
+"""Connections of the one-transaction-per-barrier floor (the store's default pool_max)."""
+
+
+def _floor_rounds(sessions: int, turns: int) -> list[list[tuple[Any, ...]]]:
+    """The rows of each round (every session's next step batch), encoded as the store
+    encodes them, with an epoch column."""
+    events = build_log("x", turns).events
+    ids = [f"fl{sessions}-{index}" for index in range(sessions)]
+    rows = {sid: [(*row, 1) for row in event_rows(sid, events)] for sid in ids}
+    return [
+        [row for sid in ids for row in rows[sid][start : start + STEP_BATCH]]
+        for start in range(0, len(events), STEP_BATCH)
+    ]
+
+
+def _fresh_floor_table(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {_FLOOR_TABLE}")
+        conn.execute(f"CREATE TABLE {_FLOOR_TABLE} (LIKE actorloop.events INCLUDING ALL)")
+
+
+def _copy_floor(url: str, rounds: list[list[tuple[Any, ...]]]) -> float:
+    _fresh_floor_table(url)
+    with psycopg.connect(url) as conn:
+        started = time.perf_counter()
+        for rows in rounds:
+            with conn.cursor() as cursor:
+                statement = f"COPY {_FLOOR_TABLE} ({_FLOOR_COLUMNS}) FROM STDIN"
+                with cursor.copy(statement) as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            conn.commit()
+        return time.perf_counter() - started
+
+
+def _executemany_floor(url: str, rounds: list[list[tuple[Any, ...]]]) -> float:
+    _fresh_floor_table(url)
+    insert = f"INSERT INTO {_FLOOR_TABLE} ({_FLOOR_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    with psycopg.connect(url) as conn:
+        started = time.perf_counter()
+        for rows in rounds:
+            with conn.cursor() as cursor:
+                cursor.executemany(insert, rows)
+            conn.commit()
+        return time.perf_counter() - started
+
+
+def _transaction_per_barrier_floor(url: str, rounds: list[list[tuple[Any, ...]]]) -> float:
+    """Each session's batch of each round committed alone, FLOOR_CONNECTIONS at once."""
+    _fresh_floor_table(url)
+    insert = f"INSERT INTO {_FLOOR_TABLE} ({_FLOOR_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    barriers = [
+        [list(batch) for _, batch in itertools.groupby(rows, key=lambda row: row[0])]
+        for rows in rounds
+    ]
+    connections = [psycopg.connect(url) for _ in range(FLOOR_CONNECTIONS)]
+    start = threading.Barrier(FLOOR_CONNECTIONS + 1)
+
+    def worker(index: int) -> None:
+        conn = connections[index]
+        start.wait()
+        for batches in barriers:
+            for batch in batches[index::FLOOR_CONNECTIONS]:
+                with conn.cursor() as cursor:
+                    cursor.executemany(insert, batch)
+                conn.commit()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(FLOOR_CONNECTIONS)]
+    try:
+        for thread in threads:
+            thread.start()
+        start.wait()
+        started = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        return time.perf_counter() - started
+    finally:
+        for conn in connections:
+            conn.close()
+
+
+def floors(url: str, sessions: int, turns: int, group: dict[str, Any]) -> dict[str, Any]:
+    """The three floors of `sessions` x `turns` (the module docstring) and the group
+    commit's ratios to them (`group`: its `throughput` row)."""
+    rounds = _floor_rounds(sessions, turns)
+    total = sum(len(rows) for rows in rounds)
+    rates = {
+        "copy": total / _copy_floor(url, rounds),
+        "executemany": total / _executemany_floor(url, rounds),
+        "transaction_per_barrier": total / _transaction_per_barrier_floor(url, rounds),
+    }
+    return {
+        "sessions": sessions,
+        "events": total,
+        "events_per_s": rates,
+        "group_commit_events_per_s": group["events_per_s"],
+        "ratio": {name: group["events_per_s"] / rate for name, rate in rates.items()},
     }
 
 
@@ -150,6 +268,11 @@ async def failover(url: str, sessions: int, lease_s: float) -> dict[str, Any]:
                 lease.release()
                 await trio.sleep(0.05)  # the dead owner's lease runs out on the database clock
                 continue
+            except StoreUnavailable:
+                # 100 claims at once on a cold pool (it grows one connection at a time): on
+                # a loaded machine a call may wait past the 2 s pool timeout. Counted in.
+                lease.release()
+                continue
             claimed[session_id] = time.perf_counter() - killed
             return
 
@@ -165,13 +288,47 @@ async def failover(url: str, sessions: int, lease_s: float) -> dict[str, Any]:
     }
 
 
+async def routing_latency(url: str, requests: int) -> dict[str, Any]:
+    """Median latencies (ms) at the owner and routed: the module docstring."""
+    store = f"{url}?lease_s=15&poll_s=1"
+    medians: dict[str, float] = {}
+    async with (
+        running_server(app_config_for(HeldModel(), store), store=store) as owner,
+        running_server(app_config_for(HeldModel(), store), store=store) as other,
+        owner.client() as at_owner,
+        other.client() as at_other,
+    ):
+        await at_owner.post("/v1/sessions", json={"session_id": "routed"})
+        await at_owner.post("/v1/sessions/routed/messages", json={"content": "warm up"})
+        for where, http in (("owner", at_owner), ("routed", at_other)):
+            gets: list[float] = []
+            for _ in range(requests):
+                started = time.perf_counter()
+                answer = await http.get("/v1/sessions/routed")
+                gets.append(time.perf_counter() - started)
+                assert answer.status_code == 200, answer.text
+            sends: list[float] = []
+            for index in range(max(5, requests // 4)):
+                started = time.perf_counter()
+                answer = await http.post(
+                    "/v1/sessions/routed/messages", json={"content": f"{where} {index}"}
+                )
+                sends.append(time.perf_counter() - started)
+                assert answer.status_code == 200, answer.text
+            medians[f"get_{where}_ms"] = statistics.median(gets) * 1000
+            medians[f"send_{where}_ms"] = statistics.median(sends) * 1000
+    return {"requests": requests, **medians}
+
+
 def markdown(report: dict[str, Any]) -> str:
     env = report["environment"]
     lines = [
         "# PostgreSQL store",
         "",
         f"`python -m benchmarks.bench_postgres` — Python {env['python']} on {env['platform']}, "
-        f"{env['postgres']}, {env['when']}. A local server (loopback), default durability "
+        f"{env['postgres']}, {env['when']}, {env.get('cpus', '?')} CPUs at a load average of "
+        f"{env.get('load_average_1m', 0):.1f} when it started (other work shares the machine: "
+        "compare rows of one run, not runs). A local server (loopback), default durability "
         "(fsync on, synchronous_commit on): every barrier below is a committed transaction.",
         "",
         "## Durable appends, group commit across sessions",
@@ -185,6 +342,30 @@ def markdown(report: dict[str, Any]) -> str:
             f"{row['seconds']:.2f} | {row['events_per_s']:,.0f} |"
         )
     lines += [
+        "",
+        "## Against the floors (same run, same server)",
+        "",
+        "Events/s committing the same rows, encoded beforehand: `COPY` and `executemany`",
+        "of each round's rows of all sessions in one transaction (the group commit's ideal),",
+        f"and one transaction per barrier ({FLOOR_CONNECTIONS} connections, no group commit).",
+        "The ratio is the group commit's events/s to each floor.",
+        "",
+        "| sessions | group commit | COPY | executemany | one tx per barrier "
+        "| ÷ COPY | ÷ executemany | ÷ one tx per barrier |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["floors"]:
+        rates, ratio = row["events_per_s"], row["ratio"]
+        lines.append(
+            f"| {row['sessions']:,} | {row['group_commit_events_per_s']:,.0f} | "
+            f"{rates['copy']:,.0f} | {rates['executemany']:,.0f} | "
+            f"{rates['transaction_per_barrier']:,.0f} | {ratio['copy']:.2f} | "
+            f"{ratio['executemany']:.2f} | {ratio['transaction_per_barrier']:.2f} |"
+        )
+    lines += [
+        "",
+        "Issue 34's targets: ≥ 0.5 of the COPY floor at 1,000 sessions, ≥ 2 × one",
+        "transaction per barrier at 100 sessions.",
         "",
         "## Claim + replay by a new owner",
         "",
@@ -206,6 +387,25 @@ def markdown(report: dict[str, Any]) -> str:
         f"first after {fo['first_taken_s']:.2f} s, all after {fo['all_taken_s']:.2f} s.",
         "",
     ]
+    route = report.get("routing")
+    if route is not None:
+        lines += [
+            "## Routing between two instances",
+            "",
+            f"Median of {route['requests']} `GET /v1/sessions/{{id}}` (and of a quarter as many",
+            "sends, a one-step echo turn) at the session's owner and at the other instance,",
+            "which hands each to the owner through the database (docs/deployment.md §2.1).",
+            "",
+            "| | at the owner | routed | routing adds |",
+            "|---|---:|---:|---:|",
+        ]
+        for name in ("get", "send"):
+            at_owner, routed = route[f"{name}_owner_ms"], route[f"{name}_routed_ms"]
+            lines.append(
+                f"| {name.upper() if name == 'get' else name} | {at_owner:.1f} ms | "
+                f"{routed:.1f} ms | {routed - at_owner:.1f} ms |"
+            )
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -227,14 +427,25 @@ async def run(quick: bool) -> dict[str, Any]:
                 "platform": platform.platform(),
                 "postgres": f"PostgreSQL {version[0] if version else '?'}",
                 "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "cpus": os.cpu_count(),
+                "load_average_1m": os.getloadavg()[0],
             },
-            "throughput": [await throughput(url, s, t) for s, t in plan],
+            "throughput": [],
+            "floors": [],
             "claim_replay": [
                 await claim_replay(url, 1_000, 5 if quick else 20),
                 await claim_replay(url, 100_000, 1 if quick else 3),
             ],
             "failover": await failover(url, 100, 2.0),
+            "routing": await routing_latency(url, 20 if quick else 100),
         }
+        for sessions, turns in plan:
+            # Each floor right after its group commit: the same minute, the same server.
+            group = await throughput(url, sessions, turns)
+            report["throughput"].append(group)
+            if sessions > 1:
+                floor = await trio.to_thread.run_sync(floors, url, sessions, turns, group)
+                report["floors"].append(floor)
     finally:
         server.cleanup()
     return report

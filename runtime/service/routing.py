@@ -21,6 +21,7 @@ import orjson
 import trio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..control.handle import Agent
 from ..errors import ActorloopError, InvalidSessionId, OwnerLost, sole_error
 from ..stores.ids import check_session_id
 from ..stores.postgres.inbox import Handed, Inbox, Listener, RowState
@@ -100,6 +101,7 @@ class Router:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Heartbeat this node, then poll until `stop()`."""
+        self.store.on_fenced(self._fenced)
         await self.store.start_keeper()
         listener = Listener(self.store)
         try:
@@ -157,6 +159,13 @@ class Router:
             done, self._finished = self._finished, []
             await self.inbox.forget(done)
 
+    def _fenced(self, session_id: str) -> None:
+        """A lease of this node was fenced (its session taken over): its agent stops now,
+        so that it shows no longer live and the session's requests are routed."""
+        agent = self.service.runtime.get(session_id)
+        if agent is not None and self._nursery is not None:
+            self._nursery.start_soon(_stop_fenced, agent)
+
     # handing a request on ----------------------------------------------------------------
 
     async def owner_elsewhere(self, session_id: str) -> str | None:
@@ -166,8 +175,12 @@ class Router:
             check_session_id(session_id)
         except InvalidSessionId:
             return None  # the route answers the error
-        if self.service.runtime.get(session_id) is not None:
-            return None
+        agent = self.service.runtime.get(session_id)
+        if agent is not None:
+            if await self.store.owns(session_id):
+                return None
+            # Taken over while this node was paused or cut off: stop the agent, route.
+            await _stop_fenced(agent)
         owner = await self.store.owner(session_id)
         if owner is None or owner.node is None or owner.node == self.node or not owner.live:
             return None
@@ -213,10 +226,11 @@ class Router:
                     return None
                 if state.state == "taken":
                     raise OwnerLost(
-                        f"node {target!r}, owner of session {session_id!r}, died while "
-                        "handling this request; the session is taken over once its lease "
-                        "expires. Read its events to see whether the request took effect, "
-                        "then retry"
+                        f"node {target!r}, owner of session {session_id!r}, stopped "
+                        "answering while handling this request (its heartbeat lapsed: it "
+                        "crashed, paused, or lost the database), so the outcome is unknown; "
+                        "the session is taken over once its lease expires. Read its events "
+                        "to see whether the request took effect, then retry"
                     )
         except BaseException:
             if waiter.state is None or waiter.state.state not in ("done", "withdrawn"):
@@ -382,6 +396,14 @@ class RoutingGate:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+
+async def _stop_fenced(agent: Agent) -> None:
+    try:
+        await agent.dispose()
+    except Exception as exc:
+        # Its writes are refused (fenced) whatever it was doing; it is stopped regardless.
+        log.warning("routing: stopping fenced agent %s: %r", agent.id, exc)
 
 
 async def _read_body(receive: Receive) -> bytes:

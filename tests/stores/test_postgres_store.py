@@ -1,12 +1,15 @@
 """The PostgreSQL store beyond the shared contract (tests/test_stores.py runs that): its URL,
 fenced ownership (a writer whose lease was taken over lands nothing, in a group commit too,
 and never retries), leases released on close, O(1) forks, damage found in the rows, a
-statement refused for one session isolated, and typed errors while the server is down with
-recovery, no loss, once it is back. Against a real server (tests/pg_server.py)."""
+statement refused for one session isolated, typed errors while the server is down with
+recovery, no loss, once it is back (and a later write naming the failed commit), fences
+reported to listeners, a stale lease checked before it is trusted, and the sweep of dead
+nodes' rows. Against a real server (tests/kits/pg_server.py)."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -22,6 +25,7 @@ from actorloop.runtime.errors import (
     SessionBusy,
     SessionCorruptError,
     SessionFenced,
+    SessionWriteError,
     StoreError,
     StoreUnavailable,
     StoreUrlError,
@@ -151,20 +155,49 @@ async def test_a_lease_renewal_finds_a_takeover(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     old, new = PostgresStore(f"{pg_url}?node=web-1"), PostgresStore(f"{pg_url}?node=web-1")
+    fenced: list[str] = []
+    old.on_fenced(fenced.append)
     try:
         await stored(old, closed_log("s", 1))
         lease = old.claim("s")
         await old.acquire(lease)
+        assert await old.owns("s") is True
         await new.acquire(new.claim("s"))
         with caplog.at_level(logging.ERROR, logger="actorloop.stores.postgres"):
             await old.write_releases()  # one keeper round: renews, finds the lease lost
         assert ["fenced" in record.message for record in caplog.records] == [True]
+        assert fenced == ["s"]  # told once, so the session's agent can stop
+        assert await old.owns("s") is False
         with pytest.raises(SessionFenced, match="was taken over"):
             await old.append("s", closed_log("s", 2).events[13:])
         assert caplog.records[-1].message.count("fenced") == 1  # not reported twice
     finally:
         await old.close()
         await new.close()
+
+
+async def test_a_lease_not_renewed_for_a_while_is_checked_before_it_is_trusted(
+    pg_url: str,
+) -> None:
+    """The process freezes (a SIGSTOP, a stop-the-world pause: here the trio thread
+    blocks) past half its lease while another node takes the session over: the first
+    `owns` after it asks the database instead of trusting the stale renewal."""
+    store = PostgresStore(f"{pg_url}?lease_s=0.2&node=paused")
+    fenced: list[str] = []
+    store.on_fenced(fenced.append)
+    try:
+        await stored(store, closed_log("s", 1))
+        await store.acquire(store.claim("s"))
+        sql(
+            pg_url,
+            "UPDATE actorloop.sessions SET owner_epoch = owner_epoch + 1, owner_node = 'other' "
+            "WHERE id = 's'",
+        )
+        time.sleep(0.2)  # noqa: ASYNC251 (the freeze itself: nothing here runs meanwhile)
+        assert await store.owns("s") is False
+        assert fenced == ["s"]
+    finally:
+        await store.close()
 
 
 async def test_another_node_cannot_claim_a_live_lease_and_close_releases_it(
@@ -229,6 +262,41 @@ async def test_a_fenced_agent_stops_and_writes_nothing(
 
 
 # forks and damage --------------------------------------------------------------------------
+
+
+async def test_the_sweep_removes_rows_of_dead_nodes_nobody_reads(
+    store: PostgresStore, pg_url: str
+) -> None:
+    await store.exists("s")  # the schema
+    sql(
+        pg_url,
+        "INSERT INTO actorloop.nodes (id, expires) VALUES ('gone', now() - interval '1 hour'), "
+        "('alive', now() + interval '1 hour'), ('pausing', now() - interval '1 second')",
+    )
+    rows = {
+        "sender gone": ("gone", "alive", "pending", "1 hour"),
+        "owner died handling it": ("alive", "gone", "taken", "1 hour"),
+        "sender will withdraw it": ("alive", "gone", "pending", "1 hour"),
+        "being handled": ("alive", "alive", "taken", "1 hour"),
+        "sender gone, but just now": ("gone", "alive", "pending", "0 seconds"),
+    }
+    ids = {}
+    for name, (origin, target, state, age) in rows.items():
+        [(ids[name],)] = sql(
+            pg_url,
+            "INSERT INTO actorloop.inbox (session_id, target_node, origin_node, request, body, "
+            "state, created) VALUES ('s', %s, %s, '', '', %s, now() - %s::interval) RETURNING id",
+            target,
+            origin,
+            state,
+            age,
+        )
+    swept = await store.sweep()
+    assert (swept.inbox_rows, swept.nodes) == (2, 1)
+    left = {row[0] for row in sql(pg_url, "SELECT id FROM actorloop.inbox")}
+    assert left == {ids[name] for name in list(rows)[2:]}
+    nodes = {row[0] for row in sql(pg_url, "SELECT id FROM actorloop.nodes")}
+    assert "gone" not in nodes and {"alive", "pausing"} <= nodes
 
 
 async def test_a_fork_stores_only_a_pointer(store: PostgresStore, pg_url: str) -> None:
@@ -376,4 +444,37 @@ async def test_while_the_server_is_down_errors_are_typed_and_nothing_is_lost(
         for sid, session in logs.items():
             assert (await store.load(sid))[1] == session.events
     finally:
+        await store.close()
+
+
+async def test_after_a_commit_failed_the_next_write_names_that_failure(
+    own_server: PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer whose commit failed unconfirmed goes on with its later events (as a loop's
+    closing `turn/end` does): refused for the missing events, naming the outage, not
+    "another writer"; the events that failed go through once written again."""
+    store = PostgresStore(own_server.url("postgres"))
+    session = closed_log("held", 3)
+    lease = store.claim("held")
+    try:
+        await store.create(session.meta)
+        await store.append("held", session.events[:13])
+        own_server.stop("immediate")
+        with (
+            caplog.at_level(logging.CRITICAL, logger="actorloop"),
+            pytest.raises(StoreUnavailable),
+        ):
+            await store.append("held", session.events[13:20])
+        own_server.start()
+        await load_once_reconnected(store, "held")
+        with pytest.raises(SessionWriteError) as info:
+            await store.append("held", session.events[20:])
+        message = str(info.value)
+        assert "seq 13" in message and "StoreUnavailable" in message, message
+        assert "another writer" not in message
+        assert isinstance(info.value.__cause__, StoreUnavailable)
+        await store.append("held", session.events[13:])
+        assert (await store.load("held", repair=False))[1] == session.events
+    finally:
+        lease.release()
         await store.close()

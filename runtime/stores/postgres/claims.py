@@ -8,42 +8,68 @@ use — `create`, `fork` (of the child), `load(lease=...)`, an append — in the
 transaction as that work: `owner_epoch + 1` where the session is unowned, owned by this
 node, or its lease expired. From then on every commit is conditional on that epoch and the
 expected head, so a writer whose lease was taken over can never append: it is fenced
-(`SessionFenced`), stays fenced, and never retries.
+(`SessionFenced`), stays fenced, and never retries. Fences are reported once (logged, and
+to the store's listeners, which stop the session's agent).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
-from ...errors import SessionFenced
-from ..leases import Lease, LeaseTable
+from attrs import frozen
+
+from ...errors import SessionBusy, SessionFenced
+from ..leases import Lease, LeaseTable, busy_error
+
+log = logging.getLogger("actorloop.stores.postgres")
 
 CLAIMABLE = "(owner_node IS NULL OR owner_node = %(node)s OR lease_expires <= now())"
 """The claim rule, as SQL over a sessions row: unowned, this node's own, or expired."""
 
 
+@frozen
+class Owner:
+    """Who owns a session now: `node` (None: unowned), its owner epoch, and whether its
+    lease is live (unexpired by the database's clock); `head` is its acknowledged head."""
+
+    node: str | None
+    epoch: int
+    live: bool
+    head: int
+
+
 class Claim:
     """One lease's standing in the database: `epoch` once taken (None before), `fenced`
-    once a commit or a renewal found the epoch moved on."""
+    once a commit or a renewal found the epoch moved on, `renewed`, when (this process's
+    monotonic clock) the round that last renewed its lease started, and `unconfirmed`,
+    the first seq and the error of a commit of it that failed unconfirmed (cleared by its
+    next commit), so that a write that no longer continues the tail names that cause."""
 
-    __slots__ = ("epoch", "fenced", "session_id")
+    __slots__ = ("epoch", "fenced", "renewed", "session_id", "unconfirmed")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.epoch: int | None = None
         self.fenced: SessionFenced | None = None
+        self.renewed = 0.0
+        self.unconfirmed: tuple[int, Exception] | None = None
 
 
 class Claims:
-    """The `Locker` behind this store's `LeaseTable`: a `Claim` per lease, and the
-    `(session id, epoch)` releases owed to the database (done by the lease keeper)."""
+    """The `Locker` behind this store's `LeaseTable`: a `Claim` per lease, the claim rules
+    of node `node`, the `(session id, epoch)` releases owed to the database (done by the
+    lease keeper) and the fences not yet reported to the store's listeners."""
 
-    def __init__(self, on_release: Callable[[], None]) -> None:
+    def __init__(self, node: str, where: str, on_release: Callable[[], None]) -> None:
+        self.node = node
+        self._where = where
         self._on_release = on_release
         self._mutex = threading.Lock()
         self._claims: dict[str, Claim] = {}
         self._releases: list[tuple[str, int]] = []
+        self._fenced: list[str] = []
         self.leases = LeaseTable(self)
 
     # the Locker protocol (called under the LeaseTable's mutex) ------------------------
@@ -85,21 +111,62 @@ class Claims:
         assert claim is not None
         return claim
 
-    def taken(self, claim: Claim, epoch: int) -> None:
-        """The database claim was committed at `epoch` (owed back at once if its lease was
-        released meanwhile)."""
+    def taken(self, claim: Claim, epoch: int, started: float) -> None:
+        """The database claim was committed at `epoch` by a transaction that started at
+        `started` (owed back at once if its lease was released meanwhile)."""
         with self._mutex:
             claim.epoch = epoch
+            claim.renewed = max(claim.renewed, started)
             if self._claims.get(claim.session_id) is not claim:
                 self._releases.append((claim.session_id, epoch))
 
-    def fence(self, claim: Claim, current: int | None, detail: str = "") -> SessionFenced:
-        """Mark `claim` fenced (for good) and return the error its writer gets."""
+    def renewed(self, claims: list[Claim], started: float) -> None:
+        """A keeper round that started at `started` renewed these claims' leases."""
         with self._mutex:
-            if claim.fenced is None:
-                assert claim.epoch is not None
-                claim.fenced = SessionFenced(claim.session_id, claim.epoch, current, detail)
-            return claim.fenced
+            for claim in claims:
+                claim.renewed = max(claim.renewed, started)
+
+    # the claim rules ------------------------------------------------------------------
+
+    def claimable(self, owner: Owner) -> bool:
+        """Whether this node may claim a session owned by `owner` (see CLAIMABLE)."""
+        return owner.node is None or owner.node == self.node or not owner.live
+
+    def busy(self, session_id: str, owner: Owner, detail: str) -> SessionBusy:
+        return busy_error(session_id, f" (node {owner.node!r}, owner epoch {owner.epoch}){detail}")
+
+    def epoch_for(self, claim: Claim, session_id: str, owner: Owner) -> int:
+        """The epoch `claim` writes under now: its own (fenced if the session moved on), or
+        a new one taken now (SessionBusy if the session is not claimable)."""
+        if claim.fenced is not None:
+            raise claim.fenced
+        if claim.epoch is not None:
+            if owner.epoch != claim.epoch:
+                raise self.fence(claim, owner.epoch, owner.node)
+            return claim.epoch
+        if not self.claimable(owner):
+            raise self.busy(session_id, owner, "; refusing a second writer")
+        return owner.epoch + 1
+
+    def fence(self, claim: Claim, current: int | None, node: str | None) -> SessionFenced:
+        """Mark `claim` fenced (for good; by `node`, now at epoch `current`) and return the
+        error its writer gets; the first time, it is logged and owed to the listeners."""
+        with self._mutex:
+            if claim.fenced is not None:
+                return claim.fenced
+            assert claim.epoch is not None
+            claim.fenced = SessionFenced(
+                claim.session_id, claim.epoch, current, f", by node {node!r}"
+            )
+            self._fenced.append(claim.session_id)
+        log.error("postgres %s: node %s fenced: %s", self._where, self.node, claim.fenced)
+        return claim.fenced
+
+    def take_fenced(self) -> list[str]:
+        """The sessions fenced since the last call, handed over once."""
+        with self._mutex:
+            fenced, self._fenced = self._fenced, []
+            return fenced
 
     def owned(self) -> list[tuple[Claim, int]]:
         """Every claim taken in the database and not fenced, with its epoch (to renew)."""

@@ -64,13 +64,14 @@ class Inbox:
         """Hand a request to `target`, the node owning `session_id`; the row id."""
 
         def run(conn: psycopg.Connection) -> int:
-            with conn.transaction():
-                row = conn.execute(
-                    "INSERT INTO actorloop.inbox (session_id, target_node, origin_node, "
-                    "request, body) VALUES (%s, %s, %s, %s, %s) RETURNING id",
-                    (session_id, target, self.node, request, body),
-                ).fetchone()
-                conn.execute("SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, target))
+            # One statement (one round trip, its own transaction): the NOTIFY goes out
+            # when the row is committed.
+            row = conn.execute(
+                "WITH handed AS (INSERT INTO actorloop.inbox (session_id, target_node, "
+                "origin_node, request, body) VALUES (%s, %s, %s, %s, %s) RETURNING id) "
+                "SELECT id, pg_notify(%s, %s) FROM handed",
+                (session_id, target, self.node, request, body, INBOX_CHANNEL, target),
+            ).fetchone()
             assert row is not None
             return int(row[0])
 
@@ -95,14 +96,12 @@ class Inbox:
         """Answer a taken row; its sender is woken."""
 
         def run(conn: psycopg.Connection) -> None:
-            with conn.transaction():
-                origin = conn.execute(
-                    "UPDATE actorloop.inbox SET state = 'done', status = %s, response = %s "
-                    "WHERE id = %s AND state = 'taken' RETURNING origin_node",
-                    (status, response, row_id),
-                ).fetchone()
-                if origin is not None:
-                    conn.execute("SELECT pg_notify(%s, %s)", (REPLY_CHANNEL, origin[0]))
+            conn.execute(
+                "WITH answered AS (UPDATE actorloop.inbox SET state = 'done', status = %s, "
+                "response = %s WHERE id = %s AND state = 'taken' RETURNING origin_node) "
+                "SELECT pg_notify(%s, origin_node) FROM answered",
+                (status, response, row_id, REPLY_CHANNEL),
+            )
 
         await self.store.execute(run)
 
@@ -138,15 +137,13 @@ class Inbox:
         """The caller went away: withdraw the row if pending, else ask its taker to cancel."""
 
         def run(conn: psycopg.Connection) -> None:
-            with conn.transaction():
-                row = conn.execute(
-                    "UPDATE actorloop.inbox SET cancel_requested = true, state = CASE WHEN "
-                    "state = 'pending' THEN 'withdrawn' ELSE state END WHERE id = %s "
-                    "RETURNING state, target_node",
-                    (row_id,),
-                ).fetchone()
-                if row is not None and row[0] == "taken":
-                    conn.execute("SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, row[1]))
+            conn.execute(
+                "WITH marked AS (UPDATE actorloop.inbox SET cancel_requested = true, "
+                "state = CASE WHEN state = 'pending' THEN 'withdrawn' ELSE state END "
+                "WHERE id = %s RETURNING state, target_node) "
+                "SELECT pg_notify(%s, target_node) FROM marked WHERE state = 'taken'",
+                (row_id, INBOX_CHANNEL),
+            )
 
         await self.store.execute(run)
 

@@ -8,9 +8,11 @@ acknowledged head, as in SQLite (`codecs.rows`): a missing, reordered or altered
 `SessionCorruptError` naming the seq, never a shorter log.
 
 Ownership (`claims`): a claim bumps the session's owner epoch; every commit of events is
-one transaction conditional on (owner epoch, expected head), so a writer that lost its
-lease gets `SessionFenced` and never lands another event. Leases are renewed by a
-background task the store owns (cancelled when it closes); their TTL is `?lease_s=`.
+one transaction conditional on (owner epoch, expected head) (`commit`), so a writer that
+lost its lease gets `SessionFenced` and never lands another event. Leases are renewed by
+a background task the store owns (`keeper`, cancelled when it closes); their TTL is
+`?lease_s=`. Session rows are locked in one order (`locks`); a transaction PostgreSQL
+still rolls back as a deadlock victim or serialization failure is run again.
 
 A commit the server did not confirm (connection lost, server restarting) fails every
 session of that group commit with `StoreUnavailable` but not the store: it reconnects, so
@@ -20,7 +22,7 @@ one outage does not fail the store closed; such a commit landed whole or not at 
 from __future__ import annotations
 
 import logging
-import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -28,7 +30,6 @@ from typing import Any, TypeVar
 import psycopg
 import trio
 from attrs import frozen
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ....codecs.rows import (
     READ_COLUMNS,
@@ -42,11 +43,9 @@ from ...errors import (
     ActorloopError,
     ErrorCode,
     GroupCommitError,
-    SessionBusy,
     SessionCorruptError,
     SessionError,
     SessionExists,
-    SessionFenced,
     SessionForkError,
     SessionFormatError,
     SessionFormatUnsupported,
@@ -63,7 +62,6 @@ from ..base import (
     Listing,
     Loaded,
     RowSource,
-    check_seqs,
     parent_of,
     plan_repair,
     raise_failures,
@@ -73,35 +71,20 @@ from ..base import (
     validate_stored,
 )
 from ..ids import check_session_id
-from ..leases import Lease, busy_error
-from . import schema
-from .claims import Claim, Claims
-from .config import PgSettings, parse_url
+from ..leases import Lease
+from .claims import Claim, Claims, Owner
+from .commit import GroupCommit, RowRefused, Write
+from .config import parse_url
+from .connections import Connections
+from .keeper import LeaseKeeper
+from .locks import rolled_back
+from .sweep import Swept, sweep
 
 T = TypeVar("T")
 log = logging.getLogger("actorloop.stores.postgres")
 
-CONNECT_TIMEOUT_S = 5
-"""libpq's connect timeout unless the URL sets one."""
-POOL_WAIT_S = 2.0
-"""How long a call waits for a pooled connection before it is `StoreUnavailable`. Calls are
-limited to the pool's size, so a call waits only while connections cannot be made (the
-database is down or unreachable): it fails soon, typed, rather than hang."""
-
 _SESSION_COLUMNS = "id, meta, parent, seed_length, version, head, crc"
 _OWNER_COLUMNS = "owner_node, owner_epoch, coalesce(lease_expires > now(), false)"
-_INSERT_EVENTS = (
-    "INSERT INTO actorloop.events (session_id, seq, type, time, body, crc, epoch) "
-    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bytea[], "
-    "%s::bigint[], %s::bigint[])"
-)
-_SET_HEADS = (
-    "UPDATE actorloop.sessions AS s SET head = v.head, owner_epoch = v.epoch, "
-    "owner_node = v.node, lease_expires = CASE WHEN v.node IS NULL THEN NULL "
-    "ELSE now() + %s * interval '1 second' END "
-    "FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[]) AS v(id, head, epoch, node) "
-    "WHERE s.id = v.id"
-)
 _INSERT_SESSION = (
     "INSERT INTO actorloop.sessions "
     "(id, meta, parent, seed_length, version, head, crc, owner_node, owner_epoch, lease_expires) "
@@ -109,17 +92,9 @@ _INSERT_SESSION = (
     "CASE WHEN %s THEN now() + %s * interval '1 second' END) "
     "ON CONFLICT (id) DO NOTHING RETURNING owner_epoch"
 )
-
-
-@frozen
-class Owner:
-    """Who owns a session now: `node` (None: unowned), its owner epoch, and whether its
-    lease is live (unexpired by the database's clock); `head` is its acknowledged head."""
-
-    node: str | None
-    epoch: int
-    live: bool
-    head: int
+IN_DOUBT = 0.5
+"""A lease not renewed for this share of `lease_s` (the process was paused, or cut off from
+the database) may have been taken over: `owns` asks the database before it answers."""
 
 
 @frozen
@@ -127,28 +102,6 @@ class _Stored:
     meta: SessionMeta
     head: int
     owner: Owner
-
-
-@frozen
-class _Write:
-    """One session's part of a group commit: its rows, the epoch they are written under,
-    and who owns the session after the commit (None: a temporary claim, released)."""
-
-    rows: list[EventRow]
-    epoch: int
-    owner: str | None
-    claim: Claim | None
-
-
-class _RowRefused(Exception):
-    """A group commit's statement failed for some session's rows: roll back, isolate."""
-
-
-def _unavailable(settings: PgSettings, exc: BaseException) -> StoreUnavailable:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    error = StoreUnavailable(f"postgres {settings.display}: the database is unavailable: {message}")
-    error.__cause__ = exc
-    return error
 
 
 class PostgresStore:
@@ -159,84 +112,45 @@ class PostgresStore:
         self.settings = parse_url(url)
         self.url = self.settings.display
         self.node = self.settings.node
-        self._claims = Claims(on_release=self._wake_keeper)
+        self._claims = Claims(self.node, self.url, on_release=self._wake_keeper)
         self._limiter = trio.CapacityLimiter(self.settings.pool_max)
-        self._pool: ConnectionPool | None = None
-        self._pool_lock = threading.Lock()
-        self._schema_ready = False
-        self._closing = False
+        self._connections = Connections(self.settings)
         self._closed = False
-        self._keeper_scope: trio.CancelScope | None = None
-        self._keeper_done: trio.Event | None = None
-        self._wake = trio.Event()
-        self._keeper_failing = False
+        self._keeper = LeaseKeeper(self._claims, self.settings, self._run)
+        self._group_commit = GroupCommit(self._claims, self.settings, self._corrupt)
+        self._fence_listeners: list[Callable[[str], None]] = []
 
-    # connections -----------------------------------------------------------------------
-
-    def _open_pool(self) -> ConnectionPool:
-        with self._pool_lock:
-            if self._closed:
-                raise StoreError(f"postgres store {self.url} is closed")
-            if self._pool is None:
-                kwargs: dict[str, Any] = {"autocommit": True}
-                if "connect_timeout" not in self.settings.conninfo:
-                    kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
-                kwargs["application_name"] = f"actorloop {self.node}"[:63]
-                pool = ConnectionPool(
-                    self.settings.conninfo,
-                    min_size=1,
-                    max_size=self.settings.pool_max,
-                    kwargs=kwargs,
-                    open=False,
-                    timeout=POOL_WAIT_S,
-                    check=ConnectionPool.check_connection,
-                    name=f"actorloop-{self.node}",
-                )
-                pool.open(wait=False)
-                self._pool = pool
-            return self._pool
-
-    def _call(self, work: Callable[[psycopg.Connection], T]) -> T:
-        """Run `work` on a pooled connection (in the calling worker thread)."""
-        if self._closed:
-            raise StoreError(f"postgres store {self.url} is closed")
-        try:
-            pool = self._open_pool()
-            with pool.connection() as conn:
-                if not self._schema_ready:
-                    schema.prepare(conn)
-                    self._schema_ready = True
-                return work(conn)
-        except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise _unavailable(self.settings, exc) from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"postgres {self.url}: {type(exc).__name__}: {exc}") from exc
+    # connections (connections.py) ------------------------------------------------------
 
     async def execute(self, work: Callable[[psycopg.Connection], T]) -> T:
         """Run `work(connection)` on a pooled connection in a worker thread (for the other
-        modules of this package, e.g. the inbox); errors typed as the store's own."""
+        modules of this package, e.g. the inbox); errors typed as the store's own. `work`
+        is one transaction or one statement: it is run again if PostgreSQL rolls it back
+        as a deadlock victim or serialization failure."""
         return await self._run(work)
 
     def connect(self) -> psycopg.Connection:
         """A new connection of its own, outside the pool (blocking: call it in a worker
         thread), e.g. to LISTEN; the caller closes it."""
-        try:
-            return psycopg.connect(
-                self.settings.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-            )
-        except psycopg.OperationalError as exc:
-            raise _unavailable(self.settings, exc) from exc
+        return self._connections.connect()
 
     async def _run(self, work: Callable[[psycopg.Connection], T]) -> T:
         if self._closed:
             raise StoreError(f"postgres store {self.url} is closed")
-        return await trio.to_thread.run_sync(partial(self._call, work), limiter=self._limiter)
+        try:
+            call = partial(self._connections.call, work)
+            return await trio.to_thread.run_sync(call, limiter=self._limiter)
+        finally:
+            self._report_fences()
 
     # reads -----------------------------------------------------------------------------
 
     def _where(self, session_id: str, seq: int | None = None) -> str:
         place = f"postgres session {session_id!r}"
         return place if seq is None else f"{place} seq {seq}"
+
+    def _corrupt(self, session_id: str, problem: str) -> SessionCorruptError:
+        return SessionCorruptError(self._where(session_id), problem)
 
     def _stored(
         self, conn: psycopg.Connection, session_id: str, *, lock: bool = False
@@ -290,29 +204,10 @@ class PostgresStore:
 
     # ownership -------------------------------------------------------------------------
 
-    def _claimable(self, owner: Owner) -> bool:
-        return owner.node is None or owner.node == self.node or not owner.live
-
-    def _busy(self, session_id: str, owner: Owner, detail: str) -> SessionBusy:
-        return busy_error(session_id, f" (node {owner.node!r}, owner epoch {owner.epoch}){detail}")
-
-    def _epoch_for(self, claim: Claim, session_id: str, owner: Owner) -> int:
-        """The epoch `claim` writes under now: its own (fenced if the session moved on), or
-        a new one taken now (SessionBusy if the session is not claimable)."""
-        if claim.fenced is not None:
-            raise claim.fenced
-        if claim.epoch is not None:
-            if owner.epoch != claim.epoch:
-                raise self._fence(claim, owner.epoch, owner.node)
-            return claim.epoch
-        if not self._claimable(owner):
-            raise self._busy(session_id, owner, "; refusing a second writer")
-        return owner.epoch + 1
-
     def _take(self, conn: psycopg.Connection, session_id: str, claim: Claim) -> tuple[_Stored, int]:
         """Inside a transaction: lock the session row and hold `claim`'s epoch on it."""
         stored = self._need(conn, session_id, lock=True)
-        epoch = self._epoch_for(claim, session_id, stored.owner)
+        epoch = self._claims.epoch_for(claim, session_id, stored.owner)
         if claim.epoch is None:
             conn.execute(
                 "UPDATE actorloop.sessions SET owner_epoch = %s, owner_node = %s, "
@@ -321,19 +216,44 @@ class PostgresStore:
             )
         return stored, epoch
 
-    def _fence(self, claim: Claim, current: int | None, node: str | None) -> SessionFenced:
-        """Fence `claim` for good, reported once (this node's writer of it stops)."""
-        first = claim.fenced is None
-        error = self._claims.fence(claim, current, f", by node {node!r}")
-        if first:
-            log.error("postgres %s: node %s fenced: %s", self.url, self.node, error)
-        return error
+    def _taken(self, claim: Claim | None, epoch: int, started: float) -> None:
+        """After a commit that started at `started`: `claim` holds `epoch` in the database
+        and its lease was renewed (renewed from now on by the keeper)."""
+        if claim is None:
+            return
+        claim.unconfirmed = None
+        if claim.epoch is None:
+            self._claims.taken(claim, epoch, started)
+            self._keeper.ensure()
+        else:
+            self._claims.renewed([claim], started)
 
-    def _taken(self, claim: Claim | None, epoch: int) -> None:
-        """After a commit: `claim` holds `epoch` in the database (renewed from now on)."""
-        if claim is not None and claim.epoch is None:
-            self._claims.taken(claim, epoch)
-            self._ensure_keeper()
+    def on_fenced(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(session_id)` (on the trio thread) once for every lease of this
+        store that is fenced from now on: its session was taken over, its writer stops."""
+        self._fence_listeners.append(listener)
+
+    def _report_fences(self) -> None:
+        for session_id in self._claims.take_fenced():
+            for listener in self._fence_listeners:
+                try:
+                    listener(session_id)
+                except Exception:
+                    log.exception("postgres %s: a fence listener failed", self.url)
+
+    async def owns(self, session_id: str) -> bool:
+        """Whether this store still holds the claim on `session_id` (a lease of it, not
+        fenced). A claim whose lease was not renewed for `IN_DOUBT` of `lease_s` (this
+        process was paused, or cut off from the database) is checked first by a keeper
+        round, which fences it if another node took the session over."""
+        claim = self._claims.of(session_id)
+        if claim is None:
+            return False
+        lapsed = time.monotonic() - claim.renewed >= IN_DOUBT * self.settings.lease_s
+        if claim.epoch is not None and claim.fenced is None and lapsed:
+            await self._run(self._keeper.round)
+        self._report_fences()  # a round in a worker thread may have fenced it just now
+        return claim.fenced is None
 
     async def owner(self, session_id: str) -> Owner | None:
         """Who owns `session_id` now (None: no such session)."""
@@ -373,15 +293,17 @@ class PostgresStore:
                 raise SessionExists(meta.id)
             return int(done[0])
 
+        started = time.monotonic()
         epoch = await self._run(insert)
         if owned:
-            self._taken(claim, epoch)
+            self._taken(claim, epoch, started)
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         try:
             await self.append_batch(((session_id, events),))
         except GroupCommitError as exc:
-            raise sole_failure(exc) from None
+            failure = sole_failure(exc)
+            raise failure from failure.__cause__  # the group is noise; the cause is not
 
     async def append_batch(self, batch: Batch) -> None:
         failures: Failures = {}
@@ -408,133 +330,22 @@ class PostgresStore:
             except Exception as exc:
                 failures[session_id] = exc
         if rows:
-            written: dict[str, _Write] = {}
+            written: dict[str, Write] = {}
             try:
-                written = await self._run(partial(self._commit, rows, failures))
-            except StoreUnavailable as exc:
-                # Not confirmed: every session of the commit failed (it landed whole or not
-                # at all); the store reconnects for the next one.
-                for session_id in rows:
+                written = await self._run(partial(self._group_commit.commit, rows, failures))
+            except StoreError as exc:
+                if not (isinstance(exc, StoreUnavailable) or rolled_back(exc)):
+                    raise
+                # Not confirmed, or rolled back: every session of the commit failed (it
+                # landed whole or not at all); the store goes on with the next one.
+                for session_id, session_rows in rows.items():
                     failures.setdefault(session_id, exc)
+                    claim = self._claims.of(session_id)
+                    if claim is not None and claim.unconfirmed is None:
+                        claim.unconfirmed = (session_rows[0][1], exc)
             for write in written.values():
-                self._taken(write.claim, write.epoch)
+                self._taken(write.claim, write.epoch, write.started)
         raise_failures(failures)
-
-    def _commit(
-        self, rows: dict[str, list[EventRow]], failures: Failures, conn: psycopg.Connection
-    ) -> dict[str, _Write]:
-        checked: Failures = {}
-        try:
-            with conn.transaction():
-                plan = self._plan(conn, rows, checked)
-                self._write(conn, plan, checked, isolate=False)
-        except _RowRefused:
-            # A statement PostgreSQL refused for one session's rows rolled the commit back:
-            # redo it with a savepoint per session, so only that session is refused.
-            checked = {}
-            with conn.transaction():
-                plan = self._plan(conn, rows, checked)
-                self._write(conn, plan, checked, isolate=True)
-        failures.update(checked)
-        return {sid: write for sid, write in plan.items() if sid not in checked}
-
-    def _plan(
-        self, conn: psycopg.Connection, rows: dict[str, list[EventRow]], failures: Failures
-    ) -> dict[str, _Write]:
-        """Lock every session row of the commit (in id order, so concurrent group commits
-        cannot deadlock) and decide each session's epoch; refused sessions go to
-        `failures`."""
-        ids = sorted(rows)
-        conn.execute(
-            "SELECT 1 FROM actorloop.sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (ids,)
-        )
-        # Read after the locks, in a statement of its own: under READ COMMITTED it sees
-        # every commit that finished while this one waited for a lock.
-        found = {
-            row[0]: row
-            for row in conn.execute(
-                "SELECT s.id, s.head, s.seed_length, s.owner_node, s.owner_epoch, "
-                "coalesce(s.lease_expires > now(), false), "
-                "(SELECT max(seq) FROM actorloop.events e WHERE e.session_id = s.id) "
-                "FROM actorloop.sessions s WHERE s.id = ANY(%s)",
-                (ids,),
-            )
-        }
-        plan: dict[str, _Write] = {}
-        for session_id, session_rows in rows.items():
-            try:
-                if session_id not in found:
-                    raise SessionNotFound(session_id)
-                _, head, seed_length, node, epoch, live, last = found[session_id]
-                rows_end = (seed_length or 0) if last is None else last + 1
-                if head != rows_end:
-                    raise SessionCorruptError(
-                        self._where(session_id),
-                        f"acknowledged head {head!r} disagrees with the stored rows (they end "
-                        f"before seq {rows_end}); load the session to see the damage",
-                    )
-                owner = Owner(node, epoch, live, head)
-                claim = self._claims.of(session_id)
-                if claim is not None:
-                    write_epoch = self._epoch_for(claim, session_id, owner)
-                    after: str | None = self.node
-                elif self._claimable(owner):
-                    write_epoch, after = owner.epoch + 1, None  # a temporary claim
-                else:
-                    raise self._busy(session_id, owner, "; refusing to append without its lease")
-                check_seqs(session_id, [row[1] for row in session_rows], head)
-            except (SessionError, SessionFenced) as exc:
-                failures[session_id] = exc
-                continue
-            plan[session_id] = _Write(session_rows, write_epoch, after, claim)
-        return plan
-
-    def _write(
-        self,
-        conn: psycopg.Connection,
-        plan: dict[str, _Write],
-        failures: Failures,
-        *,
-        isolate: bool,
-    ) -> None:
-        def insert(part: dict[str, _Write]) -> None:
-            columns: list[list[Any]] = [[] for _ in range(7)]
-            for write in part.values():
-                for row in write.rows:
-                    for index, value in enumerate(row):
-                        columns[index].append(value)
-                    columns[6].append(write.epoch)
-            conn.execute(_INSERT_EVENTS, columns)
-            conn.execute(
-                _SET_HEADS,
-                (
-                    self.settings.lease_s,
-                    list(part),
-                    [write.rows[-1][1] + 1 for write in part.values()],
-                    [write.epoch for write in part.values()],
-                    [write.owner for write in part.values()],
-                ),
-            )
-
-        if not plan:
-            return
-        if not isolate:
-            try:
-                insert(plan)
-            except psycopg.OperationalError:
-                raise
-            except psycopg.Error as exc:
-                raise _RowRefused from exc
-            return
-        for session_id, write in plan.items():
-            try:
-                with conn.transaction():
-                    insert({session_id: write})
-            except psycopg.OperationalError:
-                raise
-            except psycopg.Error as exc:
-                failures[session_id] = StoreError(f"postgres {self.url}: {exc}")
-                failures[session_id].__cause__ = exc
 
     async def flush(self, session_id: str | None = None) -> None:
         # Every append commits before it returns (synchronous_commit decides durability).
@@ -580,7 +391,8 @@ class PostgresStore:
                 events = self._load_all(conn, stored)
                 fixes = plan_repair(stored.meta, events, locate)
                 if fixes:
-                    if self._claims.of(session_id) is not None or not self._claimable(stored.owner):
+                    claimable = self._claims.claimable(stored.owner)
+                    if self._claims.of(session_id) is not None or not claimable:
                         raise refuse_live_repair(session_id, "its last turn has no turn/end")
                     # A temporary claim: the closers are written under a new epoch, and the
                     # session is left unowned.
@@ -592,8 +404,9 @@ class PostgresStore:
         if lease is None:
             return await self._run(without_lease)
         claim = self._claims.held(lease, session_id)
+        started = time.monotonic()
         loaded, epoch = await self._run(partial(with_lease, claim))
-        self._taken(claim, epoch)
+        self._taken(claim, epoch, started)
         return loaded
 
     def _append_fixes(
@@ -604,10 +417,10 @@ class PostgresStore:
         epoch: int,
         owner: str | None,
     ) -> None:
-        write = _Write(event_rows(session_id, fixes), epoch, owner, None)
+        write = Write(event_rows(session_id, fixes), epoch, owner, None)
         try:
-            self._write(conn, {session_id: write}, {}, isolate=False)
-        except _RowRefused as exc:
+            self._group_commit.write(conn, {session_id: write}, {}, isolate=False)
+        except RowRefused as exc:
             raise StoreError(
                 f"postgres {self.url}: repair of {session_id!r}: {exc.__cause__}"
             ) from exc
@@ -715,9 +528,10 @@ class PostgresStore:
                     )
                 return int(done[0]), child
 
+        started = time.monotonic()
         epoch, child = await self._run(run)
         if owned:
-            self._taken(claim, epoch)
+            self._taken(claim, epoch, started)
         return child
 
     def claim(self, session_id: str) -> Lease:
@@ -737,138 +551,43 @@ class PostgresStore:
             with conn.transaction():
                 return self._take(conn, lease.session_id, claim)[1]
 
+        started = time.monotonic()
         epoch = await self._run(run)
-        self._taken(claim, epoch)
+        self._taken(claim, epoch, started)
         return epoch
 
-    # the lease keeper ------------------------------------------------------------------
-
-    def _ensure_keeper(self) -> None:
-        """Start the background task renewing this store's leases (and its node's
-        heartbeat), once; it is cancelled when the store closes."""
-        if self._keeper_scope is not None or self._closing:
-            return
-        self._keeper_scope = trio.CancelScope()
-        self._keeper_done = trio.Event()
-        trio.lowlevel.spawn_system_task(self._keep_leases, name=f"lease keeper {self.node}")
+    # the lease keeper (keeper.py) ------------------------------------------------------
 
     async def start_keeper(self) -> None:
         """Heartbeat this node and renew its leases from now on (routing needs the
         heartbeat before this store owns anything); the first round is done on return."""
-        await self._run(self._keep_round)
-        self._ensure_keeper()
+        await self._run(self._keeper.round)
+        self._keeper.ensure()
 
     async def write_releases(self) -> None:
         """Write the lease releases owed to the database now. `Lease.release()` is
         synchronous, so the keeper writes them in the background (woken at once); a caller
         that needs the session unowned in the database before it goes on awaits this."""
-        await self._run(self._keep_round)
+        await self._run(self._keeper.round)
 
     def _wake_keeper(self) -> None:
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:
-            return  # not on the trio thread: the next round writes the release
-        self._wake.set()
+        self._keeper.wake()
 
-    async def _keep_leases(self) -> None:
-        assert self._keeper_scope is not None and self._keeper_done is not None
-        try:
-            with self._keeper_scope:
-                while True:
-                    with trio.move_on_after(self.settings.lease_s / 3):
-                        await self._wake.wait()
-                    self._wake = trio.Event()
-                    try:
-                        await self._run(self._keep_round)
-                    except Exception as exc:
-                        # A system task must not raise: the store reports and keeps trying;
-                        # leases that lapse meanwhile are fenced by their epochs, not lost.
-                        if not self._keeper_failing:
-                            log.warning("postgres %s: cannot renew leases: %s", self.url, exc)
-                        self._keeper_failing = True
-                    else:
-                        if self._keeper_failing:
-                            log.warning("postgres %s: renewing leases again", self.url)
-                        self._keeper_failing = False
-        finally:
-            self._keeper_done.set()
-
-    def _keep_round(self, conn: psycopg.Connection, *, final: bool = False) -> None:
-        """One round: write the owed releases, renew every lease still held (a lease whose
-        epoch moved on is fenced), and the node's heartbeat (removed when `final`)."""
-        releases = self._claims.take_releases()
-        owned = self._claims.owned()
-        try:
-            with conn.transaction():
-                if releases:
-                    conn.execute(
-                        "UPDATE actorloop.sessions AS s SET owner_node = NULL, "
-                        "lease_expires = NULL FROM unnest(%s::text[], %s::bigint[]) AS "
-                        "v(id, epoch) WHERE s.id = v.id AND s.owner_epoch = v.epoch "
-                        "AND s.owner_node = %s",
-                        ([sid for sid, _ in releases], [e for _, e in releases], self.node),
-                    )
-                renewed: set[str] = set()
-                if owned:
-                    renewed = {
-                        row[0]
-                        for row in conn.execute(
-                            "UPDATE actorloop.sessions AS s SET lease_expires = now() + %s * "
-                            "interval '1 second' FROM unnest(%s::text[], %s::bigint[]) AS "
-                            "v(id, epoch) WHERE s.id = v.id AND s.owner_epoch = v.epoch "
-                            "RETURNING s.id",
-                            (
-                                self.settings.lease_s,
-                                [claim.session_id for claim, _ in owned],
-                                [epoch for _, epoch in owned],
-                            ),
-                        )
-                    }
-                lost = [(claim, epoch) for claim, epoch in owned if claim.session_id not in renewed]
-                current: dict[str, tuple[int, str | None]] = {}
-                if lost:
-                    current = {
-                        row[0]: (row[1], row[2])
-                        for row in conn.execute(
-                            "SELECT id, owner_epoch, owner_node FROM actorloop.sessions "
-                            "WHERE id = ANY(%s)",
-                            ([claim.session_id for claim, _ in lost],),
-                        )
-                    }
-                if final:
-                    conn.execute("DELETE FROM actorloop.nodes WHERE id = %s", (self.node,))
-                else:
-                    conn.execute(
-                        "INSERT INTO actorloop.nodes (id, expires) VALUES "
-                        "(%s, now() + %s * interval '1 second') ON CONFLICT (id) DO UPDATE "
-                        "SET expires = excluded.expires",
-                        (self.node, self.settings.lease_s),
-                    )
-        except BaseException:
-            self._claims.give_back(releases)
-            raise
-        for claim, _epoch in lost:
-            now_epoch, node = current.get(claim.session_id, (None, None))
-            self._fence(claim, now_epoch, node)
+    async def sweep(self) -> Swept:
+        """Remove the rows of dead nodes now (`sweep`; the keeper does it every minute)."""
+        return await self._run(sweep)
 
     async def close(self) -> None:
         if self._closed:
             return
-        self._closing = True
-        if self._keeper_scope is not None:
-            self._keeper_scope.cancel()
-            assert self._keeper_done is not None
-            await self._keeper_done.wait()
+        await self._keeper.stop()
         # Every lease still held is given back now, so another instance can claim its
         # session at once instead of waiting for the lease to expire.
         self._claims.release_all()
-        if self._pool is not None:
+        if self._connections.opened:
             try:
-                await self._run(partial(self._keep_round, final=True))
+                await self._run(self._keeper.final_round())
             except ActorloopError as exc:
                 log.warning("postgres %s: leases not released on close: %s", self.url, exc)
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await trio.to_thread.run_sync(pool.close)
+        await trio.to_thread.run_sync(self._connections.close)
