@@ -28,7 +28,7 @@ MOVED = {
     "actorloop.runtime.verify": "actorloop.runtime.log.verify",
     "actorloop.runtime.usage": "actorloop.runtime.log.usage",
     "actorloop.runtime.summary": "actorloop.runtime.log.summary",
-    "actorloop.runtime.stored": "actorloop.runtime.log.load",
+    "actorloop.runtime.stored": "actorloop.runtime.stores.loading",
     "actorloop.runtime.rebuild": "actorloop.runtime.log.rebuild",
     "actorloop.runtime.cache_health": "actorloop.runtime.log.cache_health",
     "actorloop.runtime.invariants": "actorloop.runtime.log.invariants",

@@ -87,7 +87,7 @@ async def resolve(store: Store, given: str) -> str:
 
 def _load(store_url: str, session_id: str) -> tuple[str, Session]:
     """The session `session_id` names (its whole id and its durable log, unrepaired)."""
-    from ..log.load import load_session
+    from ..stores.loading import load_session
 
     store = open_checked_store(store_url, must_exist=True)
 
@@ -310,7 +310,7 @@ def fork(
     sub_store: str | None,
 ) -> None:
     """Fork a stored session at a turn/end (O(1): the child points at its parent)."""
-    from ..log.load import fork_point
+    from ..stores.loading import fork_point
 
     store_url = sub_store or store_url
     store = open_checked_store(store_url, must_exist=True)
@@ -365,8 +365,8 @@ def resume(
     """
     from ..control.options import AgentOptions
     from ..host.runtime import Runtime
-    from ..log.load import load_session
     from ..log.usage import UsageTotals, turn_usage
+    from ..stores.loading import load_session
     from .render import usage_text
     from .workload import WorkloadError, find_workload
 

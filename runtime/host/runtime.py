@@ -32,12 +32,12 @@ from ..errors import (
     sole_error,
 )
 from ..log.invariants import InvariantCheckedProvider
-from ..log.load import fork_point, gc_paused, load_session
 from ..log.session import Session, SessionMeta, new_session_id
 from ..model.meta import DamagedSession
 from ..providers.base import Provider
 from ..stores.base import Store, open_store
 from ..stores.ids import check_session_id
+from ..stores.loading import fork_point, gc_paused, load_session
 from .telemetry import TelemetrySetting, Tracing, open_tracing
 
 log = logging.getLogger("actorloop.runtime")

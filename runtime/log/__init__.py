@@ -1,2 +1,2 @@
 """The session log and what reads it: the validated `Session` and its folds, crash repair,
-requests and their digests, loading, verification, rebuilds, usage and cache health."""
+requests and their digests, verification, rebuilds, usage and cache health."""

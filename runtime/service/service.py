@@ -25,7 +25,6 @@ from ..errors import (
     VerificationFailed,
 )
 from ..host.runtime import Runtime
-from ..log.load import load_session
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
 from ..log.usage import session_usage, usage_of
@@ -36,6 +35,7 @@ from ..model.hook_values import TurnResult
 from ..model.messages import Content
 from ..model.meta import DamagedSession
 from ..stores.ids import check_session_id
+from ..stores.loading import load_session
 from .drain import Drain
 from .idempotency import IdempotencyKeys, KeyEntry
 from .profiles import PROFILE_LABEL, ProfileRegistry

@@ -10,8 +10,8 @@ from contextlib import aclosing
 import trio
 
 from ..errors import ActorloopError
-from ..log.load import load_session
 from ..model.events import SessionEvent
+from ..stores.loading import load_session
 from .service import SessionService
 
 log = logging.getLogger("actorloop.service")

@@ -38,13 +38,13 @@ from actorloop.runtime.errors import (
     StoreUrlError,
     UnknownHookError,
 )
-from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.chunks import StreamChunk
 from actorloop.runtime.model.events import ToolResultEvent, TurnEnd, UserMessage
 from actorloop.runtime.model.hook_values import PreStep
 from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.stores.loading import load_session
 from actorloop.runtime.testing import HANG, EchoProvider, ScriptedProvider, reply, tool_call
 
 T = TypeVar("T")

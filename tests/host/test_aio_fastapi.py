@@ -23,10 +23,10 @@ import uvicorn
 
 from actorloop.codecs.converter import decode_event
 from actorloop.runtime import SessionEvent
-from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.events import TurnEnd
 from actorloop.runtime.stores import open_store
+from actorloop.runtime.stores.loading import load_session
 from actorloop.runtime.testing import HANG, ScriptedProvider, reply
 
 ROOT = Path(__file__).resolve().parents[2]

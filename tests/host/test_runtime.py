@@ -30,11 +30,11 @@ from actorloop.runtime import (
 from actorloop.runtime.errors import AgentClosed
 from actorloop.runtime.host.runtime import RuntimeClosed
 from actorloop.runtime.log.invariants import check_request
-from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.session import Session
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.events import RequestHeaderEvent, TurnEnd, TurnStart
 from actorloop.runtime.stores import open_store
+from actorloop.runtime.stores.loading import load_session
 from actorloop.runtime.testing import HANG, EchoProvider, ScriptedProvider, reply
 
 OPTIONS = AgentOptions(model="m", system="You are terse.")

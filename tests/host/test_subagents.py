@@ -17,12 +17,12 @@ from actorloop.runtime import AgentOptions, Message, ProviderError, SessionEvent
 from actorloop.runtime.errors import InboxFull
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.host.subagents import subagent_tool
-from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.chunks import StreamChunk
 from actorloop.runtime.model.events import ToolResultEvent, TurnEnd, TurnStart
 from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.stores.loading import load_session
 from actorloop.runtime.stores.memory import MemoryStore
 from actorloop.runtime.testing import HANG, ScriptedProvider, reply, tool_call, tool_calls
 

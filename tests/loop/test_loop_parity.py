@@ -28,12 +28,12 @@ from actorloop.runtime import (
     ToolOutcome,
 )
 from actorloop.runtime.errors import InvalidToolSchema
-from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.chunks import BlockEnd, BlockStart, Finish, TextDelta
 from actorloop.runtime.model.hook_values import InboxEvent, TurnStop
 from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.stores.loading import load_session
 from actorloop.runtime.testing import HANG, ScriptedProvider, reply, tool_call, tool_calls
 
 SCHEMA = {

@@ -18,7 +18,6 @@ from sse_server import SseServer
 from actorloop.codecs.converter import decode_event, encode_event
 from actorloop.runtime import AgentOptions, Runtime, Tool, ToolContext
 from actorloop.runtime.log.header_algebra import apply_delta, diff, headers_equal
-from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.events import RequestHeaderEvent, SessionEvent
 from actorloop.runtime.model.header import (
@@ -34,6 +33,7 @@ from actorloop.runtime.providers.openai import OpenAIChatProvider
 from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.retry import RetryPolicy
 from actorloop.runtime.stores.base import open_store
+from actorloop.runtime.stores.loading import load_session
 
 KEY = "sk-test-order-key-0006"
 WRITTEN = {

@@ -23,7 +23,7 @@ from serve_kit import Running, running_server
 
 from actorloop.runtime.cli.workload import find_workload
 from actorloop.runtime.log.cache_health import cache_health
-from actorloop.runtime.log.load import load_session
+from actorloop.runtime.stores.loading import load_session
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("ACTORLOOP_CHROMIUM", "/usr/bin/chromium"))

@@ -14,7 +14,7 @@ import pytest
 
 from actorloop.runtime import AgentOptions
 from actorloop.runtime.host.runtime import Runtime
-from actorloop.runtime.log.load import gc_paused, load_session
+from actorloop.runtime.stores.loading import gc_paused, load_session
 from actorloop.runtime.stores.sqlite import SqliteStore
 from actorloop.runtime.testing import EchoProvider
 

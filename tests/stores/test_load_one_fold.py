@@ -9,10 +9,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from strategies import LogBuilder, valid_logs
 
-from actorloop.runtime.log.load import load_session
 from actorloop.runtime.log.session import Session
 from actorloop.runtime.model.events import SessionEvent
 from actorloop.runtime.model.meta import SessionMeta
+from actorloop.runtime.stores.loading import load_session
 from actorloop.runtime.stores.sqlite import SqliteStore
 
 

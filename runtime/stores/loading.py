@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager, contextmanager
 from attrs import frozen
 
 from ..errors import ErrorCode, SessionForkError, SessionNotFound
-from ..stores.base import Store
-from .session import Session, new_session_id
+from ..log.session import Session, new_session_id
+from .base import Store
 
 
 class _GcPause:
