@@ -32,7 +32,7 @@ from ..runtime.providers.base import Provider, opened_stream
 from .kernel import ActorRef, Mailbox
 
 if TYPE_CHECKING:
-    from .loop import LoopActor
+    from .loop.context import LoopView
 
 log = logging.getLogger("actorloop.compaction")
 
@@ -164,7 +164,7 @@ class CompactionActor:
 
     # ------------------------------------------------------------------ loop side
 
-    def context_window(self, loop: LoopActor) -> int | None:
+    def context_window(self, loop: LoopView) -> int | None:
         if loop.options.context_window is not None:
             return loop.options.context_window
         info = loop.provider.model_info(loop.options.model)
@@ -172,7 +172,7 @@ class CompactionActor:
 
     def pressure(
         self,
-        loop: LoopActor,
+        loop: LoopView,
         system: str,
         tools: tuple[ToolSchema, ...],
         prefix: tuple[Message, ...],
@@ -181,7 +181,7 @@ class CompactionActor:
 
     async def compact_if_needed(
         self,
-        loop: LoopActor,
+        loop: LoopView,
         full_system_prompt: str,
         session_prefix: tuple[Message, ...],
         cancel: trio.CancelScope,
@@ -210,14 +210,14 @@ class CompactionActor:
             int(threshold),
         )
 
-    def retain_tokens(self, loop: LoopActor) -> int:
+    def retain_tokens(self, loop: LoopView) -> int:
         config = loop.options.compaction
         if config.retain_tokens is not None:
             return config.retain_tokens
         window = self.context_window(loop) or 0
         return int(config.retain_ratio * window)
 
-    def select_region(self, loop: LoopActor, retain: int) -> Region | None:
+    def select_region(self, loop: LoopView, retain: int) -> Region | None:
         """Head-anchored region leaving >= `retain` tokens in the tail, tool-pair balanced,
         never reaching into an open step."""
         session = loop.session
@@ -251,7 +251,7 @@ class CompactionActor:
 
     async def compact_now(
         self,
-        loop: LoopActor,
+        loop: LoopView,
         full_system_prompt: str,
         session_prefix: tuple[Message, ...],
         cancel: trio.CancelScope,
@@ -351,7 +351,7 @@ class CompactionActor:
         self.compactions += 1
         return True
 
-    def prune(self, loop: LoopActor) -> int:
+    def prune(self, loop: LoopView) -> int:
         """Shrink oversized tool results (deterministic); returns how many were pruned."""
         session = loop.session
         pruned = 0

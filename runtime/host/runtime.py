@@ -15,7 +15,9 @@ import trio
 from ...actors.codec import CodecActor
 from ...actors.compaction import CompactionActor
 from ...actors.kernel import Supervisor
-from ...actors.loop import Compactor, LoopActor, SessionStartKind
+from ...actors.loop.actor import LoopActor
+from ...actors.loop.context import Compactor
+from ...actors.loop.values import SessionStartKind
 from ..control.collector import CollectorPolicy
 from ..control.handle import Agent
 from ..control.hooks import HookRegistry, Listener, Unsubscribe
