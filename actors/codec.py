@@ -12,9 +12,7 @@ from attrs import frozen
 
 from ..runtime.errors import GroupCommitError, SessionWriteError, StoreError
 from ..runtime.model.events import SessionEvent
-from ..runtime.stores.base import Batch, Store
-from ..runtime.stores.memory import MemoryStore
-from ..runtime.stores.sqlite import SqliteStore
+from ..runtime.stores.base import Batch, InlineStore, Store, inline_store
 from .kernel import Reply
 
 log = logging.getLogger("actorloop.codec")
@@ -38,10 +36,6 @@ class _Barrier:
 
 
 _Message: TypeAlias = _Submit | _Barrier
-
-
-_INLINE_STORES = (MemoryStore, SqliteStore)
-"""Stores whose exact class can commit a small batch without waiting (`append_batch_now`)."""
 
 
 def _nothing_runnable() -> bool:
@@ -81,17 +75,14 @@ class CodecActor:
         self._stopped = trio.Event()
         self._in_round = False
         """The actor's task is writing a round: an inline barrier would overtake it."""
-        self._inline: MemoryStore | SqliteStore | None = None
-        if isinstance(store, (MemoryStore, SqliteStore)) and type(store) in _INLINE_STORES:
-            self._inline = store
-        """A plain memory or SQLite store can commit without waiting (SQLite: a small
-        inline commit, when it can run): barriers with nothing queued ahead of them are
-        then written by their caller (a subclass may wait: it never is)."""
-        self._inline_always = type(store) is MemoryStore
-        """Commits that cost nothing go inline whenever they may. A SQLite commit has a
-        fixed cost: it goes inline only while sessions write one at a time
-        (`_alone_next`), so that concurrent loops still share a group commit instead of
-        taking one each."""
+        self._inline = inline_store(store)
+        """A store that can commit without waiting (the plain memory store; a plain SQLite
+        store's small inline commit, when it can run): barriers with nothing queued ahead
+        of them are then written by their caller."""
+        self._inline_always = self._inline is not None and self._inline.inline_commits == "always"
+        """Commits that cost nothing go inline whenever they may. One with a fixed cost
+        (SQLite) goes inline only while sessions write one at a time (`_alone_next`), so
+        that concurrent loops still share a group commit instead of taking one each."""
         self._sole_writer: str | None = None
         """The session that wrote the last round (inline or not) alone, if one did."""
 
@@ -315,7 +306,7 @@ class CodecActor:
     def _queue_empty(self) -> bool:
         return self._receive.statistics().current_buffer_used == 0
 
-    def _inline_round(self, store: MemoryStore | SqliteStore, submit: _Submit) -> bool:
+    def _inline_round(self, store: InlineStore, submit: _Submit) -> bool:
         """The round of `submit` alone, here; False when the store cannot commit it without
         waiting (nothing was written or answered: the caller queues it)."""
         writes, barriers = self._plan([submit])

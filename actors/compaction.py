@@ -114,6 +114,46 @@ def balanced_cut(nodes: list[tuple[int, Message | None]], cut: int) -> int:
     return cut
 
 
+def _summary_request(
+    loop: LoopView,
+    region: Region,
+    full_system_prompt: str,
+    session_prefix: tuple[Message, ...],
+) -> Request:
+    """The summarizer's one-shot request: the session prefix, the region, the instruction,
+    under the session's header (system and tools), with the summary's own call settings."""
+    config = loop.options.compaction
+    session = loop.session
+    header = session.header()
+    base = header.config if header is not None else loop.options.call_config()
+    call_config = LlmCallConfig(
+        model=config.summary_model or base.model,
+        provider=base.provider,
+        max_tokens=config.summary_max_tokens,
+        # What the deployment needs on every call (a gateway's headers and body fields,
+        # the cache settings, the end-user tag) carries over; the agent's answer shape
+        # (tool choice, response format, thinking) does not: a summary is plain text.
+        extra_headers=base.extra_headers,
+        extra_body=base.extra_body,
+        cache_ttl=base.cache_ttl,
+        cache_breakpoints=base.cache_breakpoints,
+        user=base.user,
+        metadata=base.metadata,
+    )
+    system = header.system if header is not None else full_system_prompt or None
+    tools = (header.tools or ()) if header is not None else loop.current_tools
+    request = Request(
+        session.id,
+        call_config,
+        system,
+        tools,
+        (*session_prefix, *region.messages, Message.user(INSTRUCTION)),
+        prefix_length=len(session_prefix),
+        one_shot=True,
+    )
+    return request
+
+
 class CompactionActor:
     """One per runtime, supervised by the kernel. `run()` serves summarizer jobs from its
     mailbox, each in its own task of the actor's nursery so one agent's slow summary never
@@ -264,33 +304,7 @@ class CompactionActor:
             return False
         config = loop.options.compaction
         session = loop.session
-        header = session.header()
-        base = header.config if header is not None else loop.options.call_config()
-        call_config = LlmCallConfig(
-            model=config.summary_model or base.model,
-            provider=base.provider,
-            max_tokens=config.summary_max_tokens,
-            # What the deployment needs on every call (a gateway's headers and body fields,
-            # the cache settings, the end-user tag) carries over; the agent's answer shape
-            # (tool choice, response format, thinking) does not: a summary is plain text.
-            extra_headers=base.extra_headers,
-            extra_body=base.extra_body,
-            cache_ttl=base.cache_ttl,
-            cache_breakpoints=base.cache_breakpoints,
-            user=base.user,
-            metadata=base.metadata,
-        )
-        system = header.system if header is not None else full_system_prompt or None
-        tools = (header.tools or ()) if header is not None else loop.current_tools
-        request = Request(
-            session.id,
-            call_config,
-            system,
-            tools,
-            (*session_prefix, *region.messages, Message.user(INSTRUCTION)),
-            prefix_length=len(session_prefix),
-            one_shot=True,
-        )
+        request = _summary_request(loop, region, full_system_prompt, session_prefix)
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled turn starts nothing
         compaction_id = uuid.uuid4().hex
         turn = session.open_turn
@@ -336,7 +350,7 @@ class CompactionActor:
                 region.seqs,
                 region.tokens,
                 loop.provider.name,
-                call_config.model,
+                request.model,
                 config.summary_max_tokens,
                 outcome.usage,
             ),

@@ -69,6 +69,7 @@ from ..model.meta import FORMAT_VERSION, DamagedSession
 from .base import (
     Batch,
     Failures,
+    InlineCommits,
     Listing,
     Loaded,
     RowSource,
@@ -215,6 +216,8 @@ def plain_meta(meta: SessionMeta) -> bool:
 class SqliteStore:
     """A `Store` in one SQLite file (WAL): a `sessions` row per session (meta, lineage,
     acknowledged head, checksum) and checksummed `events` rows (persistence.md §5)."""
+
+    inline_commits: InlineCommits = "alone"
 
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         mode = synchronous.upper()
