@@ -13,7 +13,7 @@ from attrs import frozen
 from ..runtime.errors import GroupCommitError, SessionWriteError, StoreError
 from ..runtime.model.events import SessionEvent
 from ..runtime.stores.base import Batch, InlineStore, Store, inline_store
-from .kernel import Reply
+from .kernel import Mailbox, Reply
 
 log = logging.getLogger("actorloop.codec")
 
@@ -64,9 +64,9 @@ class CodecActor:
 
     def __init__(self, store: Store, *, capacity: int = 1024) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError("CodecActor capacity must be an int >= 1 (the channel is bounded)")
+            raise ValueError("CodecActor capacity must be an int >= 1 (the mailbox is bounded)")
         self.store = store
-        self._send, self._receive = trio.open_memory_channel[_Message](capacity)
+        self._mailbox: Mailbox[_Message] = Mailbox(capacity)
         self._failure: BaseException | None = None
         self._session_failures: dict[str, Exception] = {}
         """Per-session failures not yet reported to a barrier of that session."""
@@ -94,27 +94,27 @@ class CodecActor:
             raise RuntimeError("CodecActor.run was already started")
         self._started = True
         try:
-            async with self._receive:
-                task_status.started()
-                try:
-                    async for first in self._receive:
-                        self._in_round = True
-                        try:
-                            await self._round(self._take_round(first))
-                        finally:
-                            self._in_round = False
-                finally:
-                    # Stopped (cancelled) with work queued: whatever was not written must
-                    # make every waiting and later barrier fail, not vanish.
-                    self._abandon(self._drain())
+            task_status.started()
+            try:
+                async for first in self._mailbox:
+                    self._in_round = True
+                    try:
+                        await self._round(self._take_round(first))
+                    finally:
+                        self._in_round = False
+            finally:
+                # Stopped (cancelled) with work queued: whatever was not written must
+                # make every waiting and later barrier fail, not vanish.
+                self._abandon(self._drain())
         finally:
+            self._mailbox.close()
             self._stopped.set()
 
     def _take_round(self, first: _Message) -> list[_Message]:
         batch = [first]
         while len(batch) < MAX_BATCH_MESSAGES:
             try:
-                batch.append(self._receive.receive_nowait())
+                batch.append(self._mailbox.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
         return batch
@@ -123,8 +123,8 @@ class CodecActor:
         pending: list[_Message] = []
         while True:
             try:
-                pending.append(self._receive.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                pending.append(self._mailbox.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
                 return pending
 
     async def _round(self, batch: list[_Message]) -> None:
@@ -246,12 +246,12 @@ class CodecActor:
     async def _send_message(self, message: _Message) -> None:
         self._check_open()
         try:
-            await self._send.send(message)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            await self._mailbox.send(message)
+        except trio.ClosedResourceError:
             raise self._error("the codec actor is closed") from None
 
     async def submit(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        """Queue events for the next group commit; waits while the channel is full."""
+        """Queue events for the next group commit; waits while the mailbox is full."""
         events = tuple(events)
         if events:
             await self._send_message(_Submit(session_id, events))
@@ -304,7 +304,7 @@ class CodecActor:
         return writer == session_id or (writer is not None and _nothing_runnable())
 
     def _queue_empty(self) -> bool:
-        return self._receive.statistics().current_buffer_used == 0
+        return not self._mailbox
 
     def _inline_round(self, store: InlineStore, submit: _Submit) -> bool:
         """The round of `submit` alone, here; False when the store cannot commit it without
@@ -324,7 +324,8 @@ class CodecActor:
         """Write everything queued, then stop; raises StoreError if anything is not durable."""
         if not self._closing:
             self._closing = True
-            await self._send.aclose()
+            self._mailbox.close()
+            await trio.lowlevel.checkpoint()
         if self._started:
             await self._stopped.wait()
         else:
