@@ -12,10 +12,8 @@ from attrs import frozen
 
 from ..runtime.errors import GroupCommitError, SessionWriteError, StoreError
 from ..runtime.model.events import SessionEvent
-from ..runtime.stores.base import Batch, Store
-from ..runtime.stores.memory import MemoryStore
-from ..runtime.stores.sqlite import SqliteStore
-from .kernel import Reply
+from ..runtime.stores.base import Batch, InlineStore, Store, inline_store
+from .kernel import Mailbox, Reply
 
 log = logging.getLogger("actorloop.codec")
 
@@ -38,10 +36,6 @@ class _Barrier:
 
 
 _Message: TypeAlias = _Submit | _Barrier
-
-
-_INLINE_STORES = (MemoryStore, SqliteStore)
-"""Stores whose exact class can commit a small batch without waiting (`append_batch_now`)."""
 
 
 def _nothing_runnable() -> bool:
@@ -70,9 +64,9 @@ class CodecActor:
 
     def __init__(self, store: Store, *, capacity: int = 1024) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError("CodecActor capacity must be an int >= 1 (the channel is bounded)")
+            raise ValueError("CodecActor capacity must be an int >= 1 (the mailbox is bounded)")
         self.store = store
-        self._send, self._receive = trio.open_memory_channel[_Message](capacity)
+        self._mailbox: Mailbox[_Message] = Mailbox(capacity)
         self._failure: BaseException | None = None
         self._session_failures: dict[str, Exception] = {}
         """Per-session failures not yet reported to a barrier of that session."""
@@ -81,17 +75,14 @@ class CodecActor:
         self._stopped = trio.Event()
         self._in_round = False
         """The actor's task is writing a round: an inline barrier would overtake it."""
-        self._inline: MemoryStore | SqliteStore | None = None
-        if isinstance(store, (MemoryStore, SqliteStore)) and type(store) in _INLINE_STORES:
-            self._inline = store
-        """A plain memory or SQLite store can commit without waiting (SQLite: a small
-        inline commit, when it can run): barriers with nothing queued ahead of them are
-        then written by their caller (a subclass may wait: it never is)."""
-        self._inline_always = type(store) is MemoryStore
-        """Commits that cost nothing go inline whenever they may. A SQLite commit has a
-        fixed cost: it goes inline only while sessions write one at a time
-        (`_alone_next`), so that concurrent loops still share a group commit instead of
-        taking one each."""
+        self._inline = inline_store(store)
+        """A store that can commit without waiting (the plain memory store; a plain SQLite
+        store's small inline commit, when it can run): barriers with nothing queued ahead
+        of them are then written by their caller."""
+        self._inline_always = self._inline is not None and self._inline.inline_commits == "always"
+        """Commits that cost nothing go inline whenever they may. One with a fixed cost
+        (SQLite) goes inline only while sessions write one at a time (`_alone_next`), so
+        that concurrent loops still share a group commit instead of taking one each."""
         self._sole_writer: str | None = None
         """The session that wrote the last round (inline or not) alone, if one did."""
 
@@ -103,27 +94,27 @@ class CodecActor:
             raise RuntimeError("CodecActor.run was already started")
         self._started = True
         try:
-            async with self._receive:
-                task_status.started()
-                try:
-                    async for first in self._receive:
-                        self._in_round = True
-                        try:
-                            await self._round(self._take_round(first))
-                        finally:
-                            self._in_round = False
-                finally:
-                    # Stopped (cancelled) with work queued: whatever was not written must
-                    # make every waiting and later barrier fail, not vanish.
-                    self._abandon(self._drain())
+            task_status.started()
+            try:
+                async for first in self._mailbox:
+                    self._in_round = True
+                    try:
+                        await self._round(self._take_round(first))
+                    finally:
+                        self._in_round = False
+            finally:
+                # Stopped (cancelled) with work queued: whatever was not written must
+                # make every waiting and later barrier fail, not vanish.
+                self._abandon(self._drain())
         finally:
+            self._mailbox.close()
             self._stopped.set()
 
     def _take_round(self, first: _Message) -> list[_Message]:
         batch = [first]
         while len(batch) < MAX_BATCH_MESSAGES:
             try:
-                batch.append(self._receive.receive_nowait())
+                batch.append(self._mailbox.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
         return batch
@@ -132,8 +123,8 @@ class CodecActor:
         pending: list[_Message] = []
         while True:
             try:
-                pending.append(self._receive.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                pending.append(self._mailbox.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
                 return pending
 
     async def _round(self, batch: list[_Message]) -> None:
@@ -255,12 +246,12 @@ class CodecActor:
     async def _send_message(self, message: _Message) -> None:
         self._check_open()
         try:
-            await self._send.send(message)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            await self._mailbox.send(message)
+        except trio.ClosedResourceError:
             raise self._error("the codec actor is closed") from None
 
     async def submit(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        """Queue events for the next group commit; waits while the channel is full."""
+        """Queue events for the next group commit; waits while the mailbox is full."""
         events = tuple(events)
         if events:
             await self._send_message(_Submit(session_id, events))
@@ -313,9 +304,9 @@ class CodecActor:
         return writer == session_id or (writer is not None and _nothing_runnable())
 
     def _queue_empty(self) -> bool:
-        return self._receive.statistics().current_buffer_used == 0
+        return not self._mailbox
 
-    def _inline_round(self, store: MemoryStore | SqliteStore, submit: _Submit) -> bool:
+    def _inline_round(self, store: InlineStore, submit: _Submit) -> bool:
         """The round of `submit` alone, here; False when the store cannot commit it without
         waiting (nothing was written or answered: the caller queues it)."""
         writes, barriers = self._plan([submit])
@@ -333,7 +324,8 @@ class CodecActor:
         """Write everything queued, then stop; raises StoreError if anything is not durable."""
         if not self._closing:
             self._closing = True
-            await self._send.aclose()
+            self._mailbox.close()
+            await trio.lowlevel.checkpoint()
         if self._started:
             await self._stopped.wait()
         else:

@@ -32,7 +32,7 @@ from ..runtime.providers.base import Provider, opened_stream
 from .kernel import ActorRef, Mailbox
 
 if TYPE_CHECKING:
-    from .loop import LoopActor
+    from .loop.context import LoopView
 
 log = logging.getLogger("actorloop.compaction")
 
@@ -114,6 +114,46 @@ def balanced_cut(nodes: list[tuple[int, Message | None]], cut: int) -> int:
     return cut
 
 
+def _summary_request(
+    loop: LoopView,
+    region: Region,
+    full_system_prompt: str,
+    session_prefix: tuple[Message, ...],
+) -> Request:
+    """The summarizer's one-shot request: the session prefix, the region, the instruction,
+    under the session's header (system and tools), with the summary's own call settings."""
+    config = loop.options.compaction
+    session = loop.session
+    header = session.header()
+    base = header.config if header is not None else loop.options.call_config()
+    call_config = LlmCallConfig(
+        model=config.summary_model or base.model,
+        provider=base.provider,
+        max_tokens=config.summary_max_tokens,
+        # What the deployment needs on every call (a gateway's headers and body fields,
+        # the cache settings, the end-user tag) carries over; the agent's answer shape
+        # (tool choice, response format, thinking) does not: a summary is plain text.
+        extra_headers=base.extra_headers,
+        extra_body=base.extra_body,
+        cache_ttl=base.cache_ttl,
+        cache_breakpoints=base.cache_breakpoints,
+        user=base.user,
+        metadata=base.metadata,
+    )
+    system = header.system if header is not None else full_system_prompt or None
+    tools = (header.tools or ()) if header is not None else loop.current_tools
+    request = Request(
+        session.id,
+        call_config,
+        system,
+        tools,
+        (*session_prefix, *region.messages, Message.user(INSTRUCTION)),
+        prefix_length=len(session_prefix),
+        one_shot=True,
+    )
+    return request
+
+
 class CompactionActor:
     """One per runtime, supervised by the kernel. `run()` serves summarizer jobs from its
     mailbox, each in its own task of the actor's nursery so one agent's slow summary never
@@ -164,7 +204,7 @@ class CompactionActor:
 
     # ------------------------------------------------------------------ loop side
 
-    def context_window(self, loop: LoopActor) -> int | None:
+    def context_window(self, loop: LoopView) -> int | None:
         if loop.options.context_window is not None:
             return loop.options.context_window
         info = loop.provider.model_info(loop.options.model)
@@ -172,7 +212,7 @@ class CompactionActor:
 
     def pressure(
         self,
-        loop: LoopActor,
+        loop: LoopView,
         system: str,
         tools: tuple[ToolSchema, ...],
         prefix: tuple[Message, ...],
@@ -181,7 +221,7 @@ class CompactionActor:
 
     async def compact_if_needed(
         self,
-        loop: LoopActor,
+        loop: LoopView,
         full_system_prompt: str,
         session_prefix: tuple[Message, ...],
         cancel: trio.CancelScope,
@@ -210,14 +250,14 @@ class CompactionActor:
             int(threshold),
         )
 
-    def retain_tokens(self, loop: LoopActor) -> int:
+    def retain_tokens(self, loop: LoopView) -> int:
         config = loop.options.compaction
         if config.retain_tokens is not None:
             return config.retain_tokens
         window = self.context_window(loop) or 0
         return int(config.retain_ratio * window)
 
-    def select_region(self, loop: LoopActor, retain: int) -> Region | None:
+    def select_region(self, loop: LoopView, retain: int) -> Region | None:
         """Head-anchored region leaving >= `retain` tokens in the tail, tool-pair balanced,
         never reaching into an open step."""
         session = loop.session
@@ -251,7 +291,7 @@ class CompactionActor:
 
     async def compact_now(
         self,
-        loop: LoopActor,
+        loop: LoopView,
         full_system_prompt: str,
         session_prefix: tuple[Message, ...],
         cancel: trio.CancelScope,
@@ -264,33 +304,7 @@ class CompactionActor:
             return False
         config = loop.options.compaction
         session = loop.session
-        header = session.header()
-        base = header.config if header is not None else loop.options.call_config()
-        call_config = LlmCallConfig(
-            model=config.summary_model or base.model,
-            provider=base.provider,
-            max_tokens=config.summary_max_tokens,
-            # What the deployment needs on every call (a gateway's headers and body fields,
-            # the cache settings, the end-user tag) carries over; the agent's answer shape
-            # (tool choice, response format, thinking) does not: a summary is plain text.
-            extra_headers=base.extra_headers,
-            extra_body=base.extra_body,
-            cache_ttl=base.cache_ttl,
-            cache_breakpoints=base.cache_breakpoints,
-            user=base.user,
-            metadata=base.metadata,
-        )
-        system = header.system if header is not None else full_system_prompt or None
-        tools = (header.tools or ()) if header is not None else loop.current_tools
-        request = Request(
-            session.id,
-            call_config,
-            system,
-            tools,
-            (*session_prefix, *region.messages, Message.user(INSTRUCTION)),
-            prefix_length=len(session_prefix),
-            one_shot=True,
-        )
+        request = _summary_request(loop, region, full_system_prompt, session_prefix)
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled turn starts nothing
         compaction_id = uuid.uuid4().hex
         turn = session.open_turn
@@ -336,7 +350,7 @@ class CompactionActor:
                 region.seqs,
                 region.tokens,
                 loop.provider.name,
-                call_config.model,
+                request.model,
                 config.summary_max_tokens,
                 outcome.usage,
             ),
@@ -351,7 +365,7 @@ class CompactionActor:
         self.compactions += 1
         return True
 
-    def prune(self, loop: LoopActor) -> int:
+    def prune(self, loop: LoopView) -> int:
         """Shrink oversized tool results (deterministic); returns how many were pruned."""
         session = loop.session
         pruned = 0

@@ -11,6 +11,7 @@ import pytest
 FIRST_IMPORTS = [
     "actorloop.runtime",
     "actorloop.actors.loop",
+    "actorloop.actors.loop.actor",
     "actorloop.actors.codec",
     "actorloop.actors.compaction",
     "actorloop.codecs.converter",

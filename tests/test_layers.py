@@ -242,7 +242,7 @@ LOW_LAYER_IMPORTS = {
     ),
     "actorloop.runtime.model.events": ("actorloop.actors", "actorloop.codecs.converter", "httpx"),
     "actorloop.runtime.log.session": ("actorloop.actors", "actorloop.runtime.providers", "httpx"),
-    "actorloop.actors.loop": ("actorloop.runtime.host", "httpx"),
+    "actorloop.actors.loop.actor": ("actorloop.runtime.host", "httpx"),
 }
 
 

@@ -15,7 +15,9 @@ import trio
 from ...actors.codec import CodecActor
 from ...actors.compaction import CompactionActor
 from ...actors.kernel import Supervisor
-from ...actors.loop import Compactor, LoopActor, SessionStartKind
+from ...actors.loop.actor import LoopActor
+from ...actors.loop.context import Compactor
+from ...actors.loop.values import SessionStartKind
 from ..control.collector import CollectorPolicy
 from ..control.handle import Agent
 from ..control.hooks import HookRegistry, Listener, Unsubscribe
@@ -41,6 +43,22 @@ from ..stores.loading import fork_point, gc_paused, load_session
 from .telemetry import TelemetrySetting, Tracing, open_tracing
 
 log = logging.getLogger("actorloop.runtime")
+
+
+def _named_providers(
+    provider: Provider | None, providers: Mapping[str, Provider] | None
+) -> tuple[dict[str, Provider], str | None]:
+    """Every provider by name, and the default's name: `provider`'s, else the first named."""
+    named: dict[str, Provider] = dict(providers or {})
+    if provider is not None:
+        named.setdefault(provider.name, provider)
+        return named, provider.name
+    return named, next(iter(named), None)
+
+
+def _spawn_compaction(supervisor: Supervisor, compactor: CompactionActor) -> None:
+    """Run the compaction actor under the supervisor, its mailbox attached."""
+    compactor.attach(supervisor.spawn("compaction", compactor.run, capacity=compactor.capacity))
 
 
 class Runtime:
@@ -124,13 +142,7 @@ class Runtime:
                 f"collector must be a CollectorPolicy or None, got {type(collector).__name__}"
             )
         tracing = open_tracing(telemetry)
-        all_providers: dict[str, Provider] = dict(providers or {})
-        default_name: str | None = None
-        if provider is not None:
-            default_name = provider.name
-            all_providers.setdefault(provider.name, provider)
-        elif all_providers:
-            default_name = next(iter(all_providers))
+        all_providers, default_name = _named_providers(provider, providers)
         store_obj = open_store(store) if isinstance(store, str) else store
         if compactor is None and compaction:
             compactor = CompactionActor()
@@ -144,11 +156,7 @@ class Runtime:
                 try:
                     async with Supervisor.open() as supervisor, trio.open_nursery() as owned:
                         if isinstance(compactor, CompactionActor):
-                            compactor.attach(
-                                supervisor.spawn(
-                                    "compaction", compactor.run, capacity=compactor.capacity
-                                )
-                            )
+                            _spawn_compaction(supervisor, compactor)
                         runtime = cls(
                             supervisor=supervisor,
                             owned_work=owned,

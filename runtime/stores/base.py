@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, cast
 
 from attrs import frozen
 
@@ -121,6 +121,30 @@ class Store(Protocol):
     async def close(self) -> None:
         """Release every lease and close the store's files or connections."""
         ...
+
+
+InlineCommits: TypeAlias = Literal["always", "alone"]
+"""When a store's small group commit may run where it is asked (`append_batch_now`):
+"always" when it costs nothing (memory); "alone" when it has a fixed cost, so only while
+sessions write one at a time and concurrent writers still share one commit (SQLite)."""
+
+
+class InlineStore(Store, Protocol):
+    """A store that can commit a small group commit on the trio thread, with no schedule
+    point; it says when that pays (`inline_commits`)."""
+
+    inline_commits: InlineCommits
+
+    def append_batch_now(self, batch: Batch) -> bool:
+        """`append_batch` here and now: True once committed (or raising its
+        GroupCommitError), False when it would have to wait (nothing was written)."""
+        ...
+
+
+def inline_store(store: Store) -> InlineStore | None:
+    """`store`, when its own class declares `inline_commits`; else None. Declared, not
+    inherited: a subclass may make `append_batch` wait, and an inline commit would skip it."""
+    return cast("InlineStore", store) if "inline_commits" in vars(type(store)) else None
 
 
 def raise_failures(failures: Failures) -> None:

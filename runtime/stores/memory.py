@@ -21,6 +21,7 @@ from ..model.events import SessionEvent, TurnEnd
 from .base import (
     Batch,
     Failures,
+    InlineCommits,
     Lease,
     LeaseTable,
     Listing,
@@ -57,6 +58,7 @@ class MemoryStore:
     stores, nothing kept after the process ends."""
 
     url = "memory:"
+    inline_commits: InlineCommits = "always"
 
     def __init__(self) -> None:
         self._records: dict[str, _Record] = {}

@@ -63,6 +63,7 @@ from ..model.meta import DamagedSession
 from .base import (
     Batch,
     Failures,
+    InlineCommits,
     Listing,
     Loaded,
     check_seqs,
@@ -101,6 +102,8 @@ INLINE_BYTES = 256 * 1024
 class SqliteStore(SqliteReads):
     """A `Store` in one SQLite file (WAL): a `sessions` row per session (meta, lineage,
     acknowledged head, checksum) and checksummed `events` rows (persistence.md §5)."""
+
+    inline_commits: InlineCommits = "alone"
 
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         super().__init__(path, synchronous=synchronous)
