@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import get_args
 
 import trio
+from attrs import evolve
 
 from ...codecs.converter import structure_as, unstructure
 from ...codecs.jsonvalue import freeze_json
@@ -43,6 +44,9 @@ from ...runtime.providers.base import opened_stream
 from .context import StepContext, TurnContext
 from .tools import describe, run_tools
 from .values import EndTurn, NextStep, OpenStep, OpenTurn, StepOutcome
+
+FORCING = frozenset({"required", "tool"})
+"""The `tool_choice` modes that force a tool call (what `reset_tool_choice` lifts)."""
 
 CHUNK_TYPES = frozenset(get_args(StreamChunk))
 
@@ -173,7 +177,7 @@ async def run_step(ctx: StepContext, turn: OpenTurn, number: int) -> StepOutcome
     await trio.lowlevel.checkpoint_if_cancelled()
 
     seed = ctx.options.call_config() if ctx.seed_from_options else _folded_config(ctx)
-    config = await ctx.seam("agent/request", seed)
+    config = await ctx.seam("agent/request", _tool_choice_for(ctx, turn, seed))
     if not isinstance(config, LlmCallConfig):
         raise TypeError(f"agent/request returned {type(config).__name__}, not LlmCallConfig")
 
@@ -238,6 +242,7 @@ async def _answer(
         return EndTurn(TurnEndReason("max-tokens"))
 
     if step.requested:
+        turn.called_tools = True
         await run_tools(ctx, turn, step)
 
     await end_step(ctx, turn)
@@ -315,6 +320,16 @@ async def _stream(
     if finish.kind == "error":
         return finish.error or ErrorInfo("provider reported an error", ErrorCode.PROVIDER_ERROR)
     return None
+
+
+def _tool_choice_for(ctx: StepContext, turn: OpenTurn, seed: LlmCallConfig) -> LlmCallConfig:
+    """The seed with the options' forcing `tool_choice` lifted once the turn called tools,
+    and restored at a turn's first step (the folded header still holds the lifted one)."""
+    forced = ctx.options.call_config().tool_choice
+    if not ctx.options.reset_tool_choice or forced is None or forced.mode not in FORCING:
+        return seed
+    wanted = None if turn.called_tools else forced
+    return seed if seed.tool_choice == wanted else evolve(seed, tool_choice=wanted)
 
 
 def _folded_config(ctx: StepContext) -> LlmCallConfig:

@@ -148,6 +148,9 @@ async def _turn_body(ctx: StepContext, turn: OpenTurn) -> TurnEndReason:
         outcome = await run_step(ctx, turn, turn.steps)
         if isinstance(outcome, EndTurn):
             return outcome.reason
+        cap = ctx.options.max_steps
+        if cap is not None and turn.steps >= cap:
+            return TurnEndReason("max_steps", message=f"the turn took max_steps={cap} steps")
 
 
 async def _submit_prompt(ctx: TurnContext, item: TurnItem, turn: int) -> None:

@@ -98,6 +98,8 @@ class OpenTurn:
     step: OpenStep | None = None
     steps: int = 0
     """Number of the latest step started (0 before the first)."""
+    called_tools: bool = False
+    """A step of this turn asked for tool calls (what `reset_tool_choice` waits for)."""
     tool_batch: list[ContextItem] | None = None
     overflow_retries: int = 0
     ended_step: OpenStep | None = None

@@ -118,6 +118,15 @@ def _at_least_one(_instance: object, attribute: Any, value: object) -> None:
         raise ValueError(f"{attribute.name} must be an int >= 1, got {value!r}")
 
 
+def _none_or_at_least_one(instance: object, attribute: Any, value: object) -> None:
+    if value is not None:
+        _at_least_one(instance, attribute, value)
+
+
+DEFAULT_MAX_STEPS = 50
+"""Steps one turn may take before it ends `max_steps` (`AgentOptions.max_steps`)."""
+
+
 @frozen
 class ArgumentsValidator:
     """A tool's argument schema, compiled once: `problem(args)` names the first failing
@@ -166,6 +175,14 @@ class AgentOptions:
     """How many items (turns, injections) may wait in the inbox; `send` waits beyond it."""
     max_parallel_tool_calls: int = field(default=10, validator=_at_least_one)
     """How many of a step's (non-exclusive) tool calls may run at once."""
+    max_steps: int | None = field(default=DEFAULT_MAX_STEPS, validator=_none_or_at_least_one)
+    """Steps one turn may take: after the last, a turn that would go on ends `max_steps`
+    instead (its tool results recorded, steering kept for the next turn). None: no cap."""
+    reset_tool_choice: bool = True
+    """A `tool_choice` of the options that forces a tool (`required`, or one named tool)
+    holds for a turn's steps until one of them called tools; the turn's later steps ask
+    with no `tool_choice` (the provider's default, `auto`), so an obedient model can end the
+    turn. The change is an ordinary header delta. False: forced on every step."""
     # Request options, passed to LlmCallConfig unchanged (docs/providers.md).
     tool_choice: ToolChoice | str | None = None
     parallel_tool_calls: bool | None = None

@@ -29,7 +29,14 @@ SurfaceOp: TypeAlias = Append | Replace
 APPEND = Append()
 
 TurnEndKind: TypeAlias = Literal[
-    "completed", "max-tokens", "rejected", "error", "aborted", "disposed", "interrupted"
+    "completed",
+    "max-tokens",
+    "max_steps",
+    "rejected",
+    "error",
+    "aborted",
+    "disposed",
+    "interrupted",
 ]
 TriggerKind: TypeAlias = Literal["message", "injection", "compaction"]
 HeaderReason: TypeAlias = Literal["initial", "resume", "fallback"]

@@ -159,6 +159,7 @@ class RequestFailure:
 TurnResultReason: TypeAlias = Literal[
     "completed",
     "max-tokens",
+    "max_steps",
     "rejected",
     "error",
     "aborted",
