@@ -25,6 +25,7 @@ from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
 from .auth import BearerAuth
 from .errors import error_response, response_for
+from .http2 import Http2Policy
 from .inspector.routes import inspector_routes
 from .openapi import openapi_document
 from .schemas import (
@@ -44,6 +45,7 @@ from .service import SessionService
 from .stream import produce_events
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_BODY_TIMEOUT_S = 30.0
 MAX_SEQ = 9_007_199_254_740_991
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -227,6 +229,8 @@ def create_app(
     ping_seconds: float = 15,
     routes: Sequence[BaseRoute] = (),
     gate: Callable[[ASGIApp], ASGIApp] | None = None,
+    http2: bool = False,
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_S,
 ) -> ASGIApp:
     """The ASGI app over `service`: `/healthz`, `/openapi.json` and the `/v1` routes
     (bearer-token protected when `token` is set; bodies above `max_body_bytes` get 413),
@@ -376,4 +380,4 @@ def create_app(
     app: ASGIApp = _BodyLimit(inner, max_body_bytes)
     if token is not None:
         app = BearerAuth(app, token)
-    return _DrainGate(app, service)
+    return Http2Policy(_DrainGate(app, service), enabled=http2, drain_timeout=body_timeout_seconds)

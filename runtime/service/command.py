@@ -66,6 +66,11 @@ DEFAULT_STORE = "sqlite:actorloop.db"
 )
 @click.option("--dev-invariants", is_flag=True, help="Check every request against the log.")
 @click.option("--access-log", is_flag=True, help="Log one line per request.")
+@click.option(
+    "--http2",
+    is_flag=True,
+    help="Serve HTTP/2 (prior knowledge or h2c upgrade) too; off: HTTP/2 requests get 505.",
+)
 def serve(
     app_spec: str | None,
     profile_files: tuple[Path, ...],
@@ -79,6 +84,7 @@ def serve(
     sim_latency_ms: float,
     dev_invariants: bool,
     access_log: bool,
+    http2: bool,
 ) -> None:
     """Serve the runtime over HTTP (JSON + Server-Sent Events) until SIGINT/SIGTERM.
 
@@ -113,6 +119,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         dev_invariants=dev_invariants,
         access_log=access_log,
+        http2=http2,
     )
     provider, model = provider_for(provider_spec, base_url, sim_latency_ms, None)
     try:

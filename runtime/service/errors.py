@@ -76,6 +76,12 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.SESSION_FENCED: 409,
     ErrorCode.OWNER_LOST: 503,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.FORBIDDEN_ORIGIN: 403,
+    ErrorCode.MISDIRECTED_REQUEST: 421,
+    ErrorCode.HTTP_VERSION_NOT_SUPPORTED: 505,
+    ErrorCode.BODY_READ_TIMEOUT: 408,
+    ErrorCode.MESSAGE_TOO_LARGE: 413,
 }
 """Every code an error body can carry, with its status."""
 

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import trio
 from attrs import frozen
 from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 from starlette.routing import BaseRoute
 
 from ..host.runtime import Runtime
-from .app import DEFAULT_MAX_BODY_BYTES, create_app
+from .app import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, create_app
 from .auth import check_bind
+from .connections import ConnectionWrapper, serve_connections
 from .idempotency import DEFAULT_TTL_S, IdempotencyKeys
 from .profiles import AppConfig
 from .schemas import TurnOutcome
@@ -34,7 +34,8 @@ log = logging.getLogger("actorloop.serve")
 @frozen
 class ServeSettings:
     """How to serve: where to listen, the store, the API token (None: no auth, loopback
-    only), the drain's grace period, the body limit, and the runtime's dev invariants."""
+    only), the drain's grace period, the body limit, the runtime's dev invariants, whether
+    HTTP/2 is on, and how long a request body may take to arrive."""
 
     host: str = "127.0.0.1"
     port: int = 8765
@@ -45,6 +46,8 @@ class ServeSettings:
     dev_invariants: bool = False
     access_log: bool = False
     idempotency_ttl_seconds: float = DEFAULT_TTL_S
+    http2: bool = False
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_S
 
     @property
     def bind(self) -> str:
@@ -101,11 +104,13 @@ async def serve(
     control: ServerControl,
     *,
     routes: Sequence[BaseRoute] = (),
+    wrap_connection: ConnectionWrapper | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the runtime and the service, listen, and report the URL through `task_status`;
     when `control.drain()` is called, drain and return (the runtime then closes: every
-    agent disposed, the store flushed and closed). `routes` are served after the API's."""
+    agent disposed, the store flushed and closed). `routes` are served after the API's;
+    `wrap_connection` wraps the handler of every connection (tests inject failures)."""
     check_bind(settings.host, settings.token)
     async with Runtime.open(
         store=settings.store,
@@ -128,14 +133,16 @@ async def serve(
                 max_body_bytes=settings.max_body_bytes,
                 routes=routes,
                 gate=None if router is None else router.gate,
+                http2=settings.http2,
+                body_timeout_seconds=settings.body_timeout_seconds,
             )
             binds = await nursery.start(
                 partial(
-                    hypercorn_serve,
-                    app,  # type: ignore[arg-type]
+                    serve_connections,
+                    app,
                     hypercorn_config(settings),
                     shutdown_trigger=service.drain.stop_listening.wait,
-                    mode="asgi",
+                    wrap=wrap_connection,
                 )
             )
             task_status.started(binds[0])
