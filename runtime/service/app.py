@@ -25,6 +25,7 @@ from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
 from .auth import BearerAuth
 from .errors import error_response, response_for
+from .guards import CrossSiteGuard, HostCheck
 from .http2 import Http2Policy
 from .inspector.routes import inspector_routes
 from .openapi import openapi_document
@@ -231,6 +232,7 @@ def create_app(
     gate: Callable[[ASGIApp], ASGIApp] | None = None,
     http2: bool = False,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_S,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> ASGIApp:
     """The ASGI app over `service`: `/healthz`, `/openapi.json` and the `/v1` routes
     (bearer-token protected when `token` is set; bodies above `max_body_bytes` get 413),
@@ -380,4 +382,7 @@ def create_app(
     app: ASGIApp = _BodyLimit(inner, max_body_bytes)
     if token is not None:
         app = BearerAuth(app, token)
-    return Http2Policy(_DrainGate(app, service), enabled=http2, drain_timeout=body_timeout_seconds)
+    app = CrossSiteGuard(_DrainGate(app, service))
+    if token is None:
+        app = HostCheck(app, allowed_hosts)
+    return Http2Policy(app, enabled=http2, drain_timeout=body_timeout_seconds)

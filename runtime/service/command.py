@@ -71,6 +71,14 @@ DEFAULT_STORE = "sqlite:actorloop.db"
     is_flag=True,
     help="Serve HTTP/2 (prior knowledge or h2c upgrade) too; off: HTTP/2 requests get 505.",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Without a token, answer this Host name too, besides 127.0.0.1, [::1] and "
+    "localhost (repeatable).",
+)
 def serve(
     app_spec: str | None,
     profile_files: tuple[Path, ...],
@@ -85,6 +93,7 @@ def serve(
     dev_invariants: bool,
     access_log: bool,
     http2: bool,
+    allowed_hosts: tuple[str, ...],
 ) -> None:
     """Serve the runtime over HTTP (JSON + Server-Sent Events) until SIGINT/SIGTERM.
 
@@ -120,6 +129,7 @@ def serve(
         dev_invariants=dev_invariants,
         access_log=access_log,
         http2=http2,
+        allowed_hosts=allowed_hosts,
     )
     provider, model = provider_for(provider_spec, base_url, sim_latency_ms, None)
     try:

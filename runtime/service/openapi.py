@@ -15,12 +15,17 @@ ERROR_RESPONSES = {
     400: "A body that is not JSON (INVALID_JSON) or a session id that is refused "
     "(INVALID_SESSION_ID).",
     401: "Missing or wrong bearer token (UNAUTHORIZED).",
+    403: "A state-changing request from another site: an `Origin` that is not this server's "
+    "or a cross-site `Sec-Fetch-Site` (FORBIDDEN_ORIGIN).",
     404: "No such session (SESSION_NOT_FOUND), event (EVENT_NOT_FOUND) or route (NOT_FOUND).",
     405: "The route does not take this method (METHOD_NOT_ALLOWED).",
     409: "The session is busy (SESSION_BUSY), exists already (SESSION_ALREADY_EXISTS), has "
     "an open turn (OPEN_TURN), is closed (AGENT_CLOSED), cannot be read (SESSION_DAMAGED) "
     "or does not rebuild its request (REQUEST_DIGEST_MISMATCH).",
     413: "The body is larger than the server's limit (BODY_TOO_LARGE).",
+    415: "The body is not sent as `Content-Type: application/json` (UNSUPPORTED_MEDIA_TYPE).",
+    421: "A server without a token answers only loopback host names and those it was given "
+    "with --allowed-host (MISDIRECTED_REQUEST).",
     422: "The body or a parameter breaks its schema (VALIDATION_FAILED, INVALID_CONTENT, "
     "INVALID_BOUNDARY, UNKNOWN_PROFILE, IDEMPOTENCY_KEY_REUSED, PROVIDER_NOT_CONFIGURED, "
     "NOT_A_MODEL_ANSWER).",
@@ -84,8 +89,10 @@ def _operation(
     codes = set(errors)
     if auth:
         codes.add(401)
+    else:
+        codes.add(421)
     if body is not None:
-        codes |= {400, 413, 422}
+        codes |= {400, 403, 413, 415, 422}
     if any(parameter["in"] == "path" for parameter in parameters):
         codes |= {400, 404}
     codes |= {405, 503}
@@ -213,7 +220,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                 "disposeSession",
                 "Dispose the live agent (its running turn ends `disposed`); the log stays.",
                 {200: state},
-                (409,),
+                (403, 409),
                 parameters=(ID_PARAMETER,),
                 auth=auth,
             ),

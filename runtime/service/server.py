@@ -30,12 +30,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("actorloop.serve")
 
+ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(b)s'
+"""One access log line: client address, request line, status, body size."""
+
 
 @frozen
 class ServeSettings:
     """How to serve: where to listen, the store, the API token (None: no auth, loopback
     only), the drain's grace period, the body limit, the runtime's dev invariants, whether
-    HTTP/2 is on, and how long a request body may take to arrive."""
+    HTTP/2 is on, how long a request body may take to arrive, and the host names a
+    tokenless server answers besides the loopback ones."""
 
     host: str = "127.0.0.1"
     port: int = 8765
@@ -48,6 +52,7 @@ class ServeSettings:
     idempotency_ttl_seconds: float = DEFAULT_TTL_S
     http2: bool = False
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_S
+    allowed_hosts: tuple[str, ...] = ()
 
     @property
     def bind(self) -> str:
@@ -94,6 +99,8 @@ def hypercorn_config(settings: ServeSettings) -> Config:
     config.bind = [settings.bind]
     config.errorlog = logging.getLogger("actorloop.http")
     config.accesslog = logging.getLogger("actorloop.http.access") if settings.access_log else None
+    # The client, request line, status and size: no header (User-Agent, Referer) is logged.
+    config.access_log_format = ACCESS_LOG_FORMAT
     config.graceful_timeout = settings.grace_seconds + 10.0
     return config
 
@@ -135,6 +142,7 @@ async def serve(
                 gate=None if router is None else router.gate,
                 http2=settings.http2,
                 body_timeout_seconds=settings.body_timeout_seconds,
+                allowed_hosts=settings.allowed_hosts,
             )
             binds = await nursery.start(
                 partial(
