@@ -4,6 +4,7 @@ query parameters, JSON and Server-Sent Events out, errors as `{"error": {"code",
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -14,18 +15,19 @@ from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...codecs.converter import encode_event, unstructure
 from ..errors import ErrorCode, InvalidRequestBody, sole_error
 from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
+from ..model.messages import Content, Text
 from .auth import BearerAuth
 from .errors import error_response, response_for
-from .guards import CrossSiteGuard, HostCheck
+from .guards import CrossSiteGuard, HostCheck, NoSniff
 from .http2 import Http2Policy
 from .inspector.routes import inspector_routes
 from .openapi import openapi_document
@@ -47,9 +49,12 @@ from .stream import produce_events
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_BODY_TIMEOUT_S = 30.0
+DEFAULT_MAX_MESSAGE_CHARS = 256 * 1024
 MAX_SEQ = 9_007_199_254_740_991
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+log = logging.getLogger("actorloop.http")
 
 
 def json_response(value: object, status: int = 200) -> Response:
@@ -64,10 +69,24 @@ _HTTP_CODES = {
 }
 
 
-async def _http_exception(_request: Request, exc: Exception) -> Response:
+async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, ErrorCode.VALIDATION_FAILED)
-    return error_response(exc.status_code, code, str(exc.detail), exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request.app.routes, request.scope))
+    return error_response(exc.status_code, code, str(exc.detail), headers)
+
+
+def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """Every method some route of `routes` takes at the request's path (Starlette's own
+    405 names only the first route's)."""
+    methods: set[str] = set()
+    for route in routes:
+        match, _ = route.matches({**scope, "method": "\0"})
+        if match is Match.PARTIAL and isinstance(route, Route) and route.methods:
+            methods |= route.methods
+    return sorted(methods)
 
 
 def _endpoint(handler: Handler, query: frozenset[str] = frozenset()) -> Handler:
@@ -85,6 +104,14 @@ def _endpoint(handler: Handler, query: frozenset[str] = frozenset()) -> Handler:
             return await handler(request)
         except HTTPException as exc:
             return await _http_exception(request, exc)
+        except ClientDisconnect:
+            # The client's event, not the server's: nobody reads an answer.
+            log.info(
+                "%s %s: the client went away before sending its body",
+                request.method,
+                request.url.path,
+            )
+            return Response(status_code=499)
         except Exception as exc:
             return response_for(sole_error(exc))
 
@@ -136,6 +163,18 @@ async def _unless_disconnected(request: Request, work: Callable[[], Awaitable[An
     return result
 
 
+def check_message(content: Content, limit: int) -> None:
+    """Refuse a message above `limit` characters (413 MESSAGE_TOO_LARGE) before it reaches
+    the log, where it would be part of every later request of the session."""
+    size = sum(len(block.text) for block in content if isinstance(block, Text))
+    if size > limit:
+        raise InvalidRequestBody(
+            f"the message has {size} characters; this server takes at most {limit} per "
+            "message (serve --max-message-chars)",
+            ErrorCode.MESSAGE_TOO_LARGE,
+        )
+
+
 def request_detail(rebuilt: RebuiltRequest) -> RequestDetail:
     """The response shape of a rebuilt request (parts in the log's codec JSON)."""
     return RequestDetail(
@@ -167,11 +206,13 @@ def sse_frame(event: SessionEvent) -> bytes:
 
 class _BodyLimit:
     """Bodies above `limit` bytes get 413 BODY_TOO_LARGE: at once when Content-Length says
-    so, else as soon as the received bytes pass it (the handler's read raises)."""
+    so, else as soon as the received bytes pass it (the handler's read raises); a body that
+    has not arrived whole `seconds` after the request began gets 408 BODY_READ_TIMEOUT."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, seconds: float) -> None:
         self.app = app
         self.limit = limit
+        self.seconds = seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -182,15 +223,25 @@ class _BodyLimit:
             await self._too_large()(scope, receive, send)
             return
         seen = 0
+        ended = False
+        deadline = trio.current_time() + self.seconds
 
         async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise InvalidRequestBody(self._message(), ErrorCode.BODY_TOO_LARGE)
-            return message
+            nonlocal seen, ended
+            if ended:  # past the body only the disconnect is left: no deadline
+                return await receive()
+            with trio.move_on_at(deadline):
+                message = await receive()
+                if message["type"] == "http.request":
+                    seen += len(message.get("body", b""))
+                    if seen > self.limit:
+                        raise InvalidRequestBody(self._message(), ErrorCode.BODY_TOO_LARGE)
+                    ended = not message.get("more_body", False)
+                return message
+            raise InvalidRequestBody(
+                f"the request body did not arrive within {self.seconds:g} s",
+                ErrorCode.BODY_READ_TIMEOUT,
+            )
 
         await self.app(scope, limited, send)
 
@@ -233,6 +284,7 @@ def create_app(
     http2: bool = False,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_S,
     allowed_hosts: tuple[str, ...] = (),
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
 ) -> ASGIApp:
     """The ASGI app over `service`: `/healthz`, `/openapi.json` and the `/v1` routes
     (bearer-token protected when `token` is set; bodies above `max_body_bytes` get 413),
@@ -279,6 +331,7 @@ def create_app(
         """One turn."""
         session_id = request.path_params["id"]
         body = parse_body(await request.body(), SendMessage)
+        check_message(body.content, max_message_chars)
         if not body.wait:
             return json_response(await service.send(session_id, body), 202)
         outcome = await _unless_disconnected(request, partial(service.send, session_id, body))
@@ -289,11 +342,13 @@ def create_app(
     async def steer(request: Request) -> Response:
         """Steer the running turn."""
         body = parse_body(await request.body(), Steer)
+        check_message(body.content, max_message_chars)
         return json_response(await service.steer(request.path_params["id"], body.content), 202)
 
     async def inject(request: Request) -> Response:
         """Inject context."""
         body = parse_body(await request.body(), Inject)
+        check_message(body.content, max_message_chars)
         return json_response(await service.inject(request.path_params["id"], body), 202)
 
     async def cancel(request: Request) -> Response:
@@ -379,10 +434,10 @@ def create_app(
     )
     if gate is not None:
         inner = gate(inner)
-    app: ASGIApp = _BodyLimit(inner, max_body_bytes)
+    app: ASGIApp = _BodyLimit(inner, max_body_bytes, body_timeout_seconds)
     if token is not None:
         app = BearerAuth(app, token)
     app = CrossSiteGuard(_DrainGate(app, service))
     if token is None:
         app = HostCheck(app, allowed_hosts)
-    return Http2Policy(app, enabled=http2, drain_timeout=body_timeout_seconds)
+    return Http2Policy(NoSniff(app), enabled=http2, drain_timeout=body_timeout_seconds)

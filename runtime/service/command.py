@@ -58,6 +58,21 @@ DEFAULT_STORE = "sqlite:actorloop.db"
     help="Larger request bodies get 413.",
 )
 @click.option(
+    "--max-message-chars",
+    default=256 * 1024,
+    show_default=True,
+    type=click.IntRange(1, 1 << 30),
+    help="Larger messages (send, steer, inject) get 413 MESSAGE_TOO_LARGE.",
+)
+@click.option(
+    "--body-timeout",
+    "body_timeout_seconds",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    help="Seconds a request body may take to arrive before 408.",
+)
+@click.option(
     "--sim-latency-ms",
     default=2.0,
     show_default=True,
@@ -89,6 +104,8 @@ def serve(
     port: int,
     grace_seconds: float,
     max_body_bytes: int,
+    max_message_chars: int,
+    body_timeout_seconds: float,
     sim_latency_ms: float,
     dev_invariants: bool,
     access_log: bool,
@@ -126,6 +143,8 @@ def serve(
         token=token,
         grace_seconds=grace_seconds,
         max_body_bytes=max_body_bytes,
+        max_message_chars=max_message_chars,
+        body_timeout_seconds=body_timeout_seconds,
         dev_invariants=dev_invariants,
         access_log=access_log,
         http2=http2,

@@ -9,7 +9,7 @@ import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ErrorCode
 from .errors import error_response
@@ -139,3 +139,31 @@ class CrossSiteGuard:
             await refusal(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+class NoSniff:
+    """ASGI middleware: every answer carries `X-Content-Type-Options: nosniff`, so a
+    browser never reads JSON or an event stream as a script or a page."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (name, value)
+                    for name, value in message.get("headers", ())
+                    if name.lower() != b"x-content-type-options"
+                ]
+                message = {
+                    **message,
+                    "headers": [*headers, (b"x-content-type-options", b"nosniff")],
+                }
+            await send(message)
+
+        await self.app(scope, receive, send_marked)

@@ -22,7 +22,9 @@ ERROR_RESPONSES = {
     409: "The session is busy (SESSION_BUSY), exists already (SESSION_ALREADY_EXISTS), has "
     "an open turn (OPEN_TURN), is closed (AGENT_CLOSED), cannot be read (SESSION_DAMAGED) "
     "or does not rebuild its request (REQUEST_DIGEST_MISMATCH).",
-    413: "The body is larger than the server's limit (BODY_TOO_LARGE).",
+    408: "The body did not arrive within the server's body timeout (BODY_READ_TIMEOUT).",
+    413: "The body is larger than the server's limit (BODY_TOO_LARGE), or the message in "
+    "it longer than the per-message limit (MESSAGE_TOO_LARGE).",
     415: "The body is not sent as `Content-Type: application/json` (UNSUPPORTED_MEDIA_TYPE).",
     421: "A server without a token answers only loopback host names and those it was given "
     "with --allowed-host (MISDIRECTED_REQUEST).",
@@ -92,7 +94,7 @@ def _operation(
     else:
         codes.add(421)
     if body is not None:
-        codes |= {400, 403, 413, 415, 422}
+        codes |= {400, 403, 408, 413, 415, 422}
     if any(parameter["in"] == "path" for parameter in parameters):
         codes |= {400, 404}
     codes |= {405, 503}
@@ -111,7 +113,8 @@ def _operation(
         operation["parameters"] = list(parameters)
     if body is not None:
         operation["requestBody"] = {
-            "required": False,
+            # An empty body reads as {}: required exactly when the schema requires a field.
+            "required": bool(body.get("required")),
             "content": {"application/json": {"schema": body}},
         }
     if auth:

@@ -4,6 +4,8 @@ cattrs converter between them and JSON."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Any, Literal, TypeAlias, TypeVar
 
@@ -13,6 +15,7 @@ from attrs import field, frozen
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from ...codecs.jsonvalue import MAX_SAFE_INT
 from ..errors import ErrorCode, InvalidRequestBody
 from ..model.messages import Content, Text
 
@@ -728,6 +731,27 @@ BODIES: dict[type, BodySchema] = {
 }
 
 
+_LONG_NUMBER = re.compile(rb"[0-9]{16}")
+"""A run of digits as long as the shortest integer beyond ±(2^53 - 1) (orjson reads an
+integer it cannot hold as a float, so such a body is read again to see its integers)."""
+
+
+def _refuse_integer(literal: str) -> int:
+    value = int(literal)
+    if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+        raise InvalidRequestBody(
+            f"the integer {literal[:40]} is beyond ±(2^53 - 1), which JSON values may not be",
+            ErrorCode.VALIDATION_FAILED,
+        )
+    return value
+
+
+def _check_integers(raw: bytes) -> None:
+    """Refuse an integer literal the JSON value rules refuse, as the text has it (before
+    any conversion to float)."""
+    json.loads(raw, parse_int=_refuse_integer)
+
+
 def parse_body(raw: bytes, cls: type[T]) -> T:
     """The request `cls` from a JSON body: INVALID_JSON if it does not parse, else
     VALIDATION_FAILED naming the first place it breaks the schema. An empty body is `{}`;
@@ -736,6 +760,8 @@ def parse_body(raw: bytes, cls: type[T]) -> T:
         value = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestBody(f"the body is not JSON: {exc}", ErrorCode.INVALID_JSON) from exc
+    if _LONG_NUMBER.search(raw):
+        _check_integers(raw)
     error = best_match(BODIES[cls].validator.iter_errors(value))
     if error is not None:
         message = error.message if len(error.message) <= 300 else error.message[:300] + "…"

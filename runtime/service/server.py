@@ -17,7 +17,12 @@ from hypercorn.config import Config
 from starlette.routing import BaseRoute
 
 from ..host.runtime import Runtime
-from .app import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, create_app
+from .app import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_MESSAGE_CHARS,
+    create_app,
+)
 from .auth import check_bind
 from .connections import ConnectionWrapper, serve_connections
 from .idempotency import DEFAULT_TTL_S, IdempotencyKeys
@@ -39,7 +44,7 @@ class ServeSettings:
     """How to serve: where to listen, the store, the API token (None: no auth, loopback
     only), the drain's grace period, the body limit, the runtime's dev invariants, whether
     HTTP/2 is on, how long a request body may take to arrive, and the host names a
-    tokenless server answers besides the loopback ones."""
+    tokenless server answers besides the loopback ones, and the largest message."""
 
     host: str = "127.0.0.1"
     port: int = 8765
@@ -53,6 +58,7 @@ class ServeSettings:
     http2: bool = False
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_S
     allowed_hosts: tuple[str, ...] = ()
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
 
     @property
     def bind(self) -> str:
@@ -143,6 +149,7 @@ async def serve(
                 http2=settings.http2,
                 body_timeout_seconds=settings.body_timeout_seconds,
                 allowed_hosts=settings.allowed_hosts,
+                max_message_chars=settings.max_message_chars,
             )
             binds = await nursery.start(
                 partial(

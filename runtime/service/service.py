@@ -285,19 +285,30 @@ class SessionService:
         agent = self.runtime.get(session_id)
         if agent is not None:
             return agent
+        async with self._one_at_a_time(session_id):
+            agent = self.runtime.get(session_id)
+            if agent is not None:
+                return agent
+            self.drain.refuse()
+            if profile is None:
+                name, changes = await self._stored_profile(session_id)
+            else:
+                name, changes = self.profiles.get(profile).name, {}
+            agent = await self.runtime.resume(session_id, self._options_for(name, changes))
+            return self._attach(agent, name)
+
+    @asynccontextmanager
+    async def _one_at_a_time(self, session_id: str | None) -> AsyncIterator[None]:
+        """Resume, create and fork-into one session id one request at a time: a second
+        concurrent create sees the first's session (SESSION_ALREADY_EXISTS), not its lease
+        (SESSION_BUSY). None (an id the runtime picks) needs no turn."""
+        if session_id is None:
+            yield
+            return
         lock = self._resuming.setdefault(session_id, trio.Lock())
         try:
             async with lock:
-                agent = self.runtime.get(session_id)
-                if agent is not None:
-                    return agent
-                self.drain.refuse()
-                if profile is None:
-                    name, changes = await self._stored_profile(session_id)
-                else:
-                    name, changes = self.profiles.get(profile).name, {}
-                agent = await self.runtime.resume(session_id, self._options_for(name, changes))
-                return self._attach(agent, name)
+                yield
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._resuming.pop(session_id, None)
@@ -309,13 +320,14 @@ class SessionService:
         self.drain.refuse()
         profile = self.profiles.get(request.profile).name
         options = self._options_for(profile, request.options.changes())
-        try:
-            agent = await self.runtime.spawn(options, session_id=request.session_id)
-        except SessionBusy:
-            if request.session_id is not None and self.runtime.get(request.session_id):
-                raise SessionExists(request.session_id) from None
-            raise
-        self._attach(agent, profile)
+        async with self._one_at_a_time(request.session_id):
+            try:
+                agent = await self.runtime.spawn(options, session_id=request.session_id)
+            except SessionBusy:
+                if request.session_id is not None and self.runtime.get(request.session_id):
+                    raise SessionExists(request.session_id) from None
+                raise
+            self._attach(agent, profile)
         return SessionState(agent.id, agent.status)
 
     async def list(self, limit: int = 100, cursor: str | None = None) -> SessionPage:
@@ -523,8 +535,9 @@ class SessionService:
         else:
             profile, changes = await self._stored_profile(session_id)
             options = self._options_for(profile, changes)
-        child = await self.runtime.fork(session_id, request.boundary, request.child_id, options)
-        self._attach(child, profile)
+        async with self._one_at_a_time(request.child_id):
+            child = await self.runtime.fork(session_id, request.boundary, request.child_id, options)
+            self._attach(child, profile)
         meta = child.session.meta
         assert meta.parent_session is not None and meta.seed_length is not None
         return ForkOutcome(child.id, child.status, meta.parent_session, meta.seed_length)
