@@ -21,12 +21,12 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...codecs.converter import encode_event, unstructure
-from ..errors import ErrorCode, InvalidRequestBody, sole_error
+from ..errors import ErrorCode, sole_error
 from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
 from ..model.messages import Content, Text
 from .auth import BearerAuth
-from .errors import error_response, response_for
+from .errors import InvalidRequestBody, error_response, response_for
 from .guards import CrossSiteGuard, HostCheck, NoSniff
 from .http2 import Http2Policy
 from .inspector.routes import inspector_routes

@@ -16,8 +16,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from ...codecs.jsonvalue import MAX_SAFE_INT
-from ..errors import ErrorCode, InvalidRequestBody
+from ..errors import ErrorCode
 from ..model.messages import Content, Text
+from .errors import InvalidRequestBody
 
 T = TypeVar("T")
 JsonObject: TypeAlias = dict[str, Any]

@@ -15,15 +15,7 @@ from attrs import evolve
 from ...codecs.converter import unstructure
 from ..control.handle import Agent
 from ..control.options import AgentOptions
-from ..errors import (
-    AgentBusy,
-    InvalidRequestBody,
-    SessionBusy,
-    SessionExists,
-    SessionNotFound,
-    UnknownProfile,
-    VerificationFailed,
-)
+from ..errors import AgentBusy, SessionBusy, SessionExists, SessionNotFound, VerificationFailed
 from ..host.runtime import Runtime
 from ..log.load import load_session
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
@@ -37,6 +29,7 @@ from ..model.messages import Content
 from ..model.meta import DamagedSession
 from ..stores.ids import check_session_id
 from .drain import Drain
+from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
 from .profiles import PROFILE_LABEL, ProfileRegistry
 from .runs import Ticket, TurnLine
