@@ -57,6 +57,20 @@ Handler = Callable[[Request], Awaitable[Response]]
 log = logging.getLogger("actorloop.http")
 
 
+class _NoAnswer(Response):
+    """What a request whose client went away gets: nothing is sent (the connection is
+    closing; writing to it would race its close)."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=499)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        return None
+
+
+NO_ANSWER = _NoAnswer()
+
+
 def json_response(value: object, status: int = 200) -> Response:
     """A response shape (`schemas`) as JSON."""
     return Response(to_json(value), status, media_type="application/json")
@@ -111,7 +125,7 @@ def _endpoint(handler: Handler, query: frozenset[str] = frozenset()) -> Handler:
                 request.method,
                 request.url.path,
             )
-            return Response(status_code=499)
+            return NO_ANSWER
         except Exception as exc:
             return response_for(sole_error(exc))
 
@@ -336,7 +350,7 @@ def create_app(
             return json_response(await service.send(session_id, body), 202)
         outcome = await _unless_disconnected(request, partial(service.send, session_id, body))
         if outcome is None:
-            return Response(status_code=499)  # nobody reads it: the client is gone
+            return NO_ANSWER
         return json_response(outcome, 200)
 
     async def steer(request: Request) -> Response:

@@ -742,7 +742,7 @@ def _refuse_integer(literal: str) -> int:
     if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
         raise InvalidRequestBody(
             f"the integer {literal[:40]} is beyond ±(2^53 - 1), which JSON values may not be",
-            ErrorCode.VALIDATION_FAILED,
+            ErrorCode.INVALID_CONTENT,
         )
     return value
 

@@ -170,3 +170,39 @@ async def test_a_rebound_host_name_gets_no_page_and_no_data() -> None:
         # what was refused was the name.
         status, text, fetched = await trio.to_thread.run_sync(visit_rebound, f"{server.url}/")
         assert status == 200 and "secret-42" in fetched
+
+
+def bidi_of_holders(url: str, mark: str) -> list[str]:
+    """The computed `unicode-bidi` (then tag.class) of every element with a text node
+    holding `mark`."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=FLAGS
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            page.goto(url)
+            found = page.evaluate(
+                """mark => Array.from(document.querySelectorAll('body *'))
+                  .filter(e => Array.from(e.childNodes)
+                    .some(n => n.nodeType === 3 && n.data.includes(mark)))
+                  .map(e => `${getComputedStyle(e).unicodeBidi} ${e.tagName}.${e.className}`)""",
+                mark,
+            )
+            return [str(value) for value in found]
+        finally:
+            browser.close()
+
+
+async def test_bidi_controls_in_session_text_reorder_nothing_around_them() -> None:
+    async with running_server(app_config_for(HeldModel())) as server, server.client() as client:
+        assert (await client.post("/v1/sessions", json={"session_id": "bidi"})).is_success
+        text = "pay \u202etxt.exe\u2066 now"
+        sent = await client.post("/v1/sessions/bidi/messages", json={"content": text})
+        assert sent.status_code == 200
+        holders = await trio.to_thread.run_sync(
+            bidi_of_holders, f"{server.url}/sessions/bidi", "\u202e"
+        )
+        assert len(holders) >= 2  # the user's message and the echoing answer
+        assert {holder.split(" ")[0] for holder in holders} == {"isolate"}, holders
