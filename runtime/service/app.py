@@ -26,22 +26,24 @@ from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
 from ..model.messages import Content, Text
 from .auth import BearerAuth
+from .bodies import (
+    Cancel,
+    CreateSession,
+    Fork,
+    Inject,
+    Resume,
+    SendMessage,
+    Steer,
+    parse_body,
+)
 from .errors import InvalidRequestBody, error_response, response_for
 from .guards import CrossSiteGuard, HostCheck, NoSniff
 from .http2 import Http2Policy
 from .inspector.routes import inspector_routes
 from .openapi import openapi_document
 from .schemas import (
-    Cancel,
-    CreateSession,
     Digests,
-    Fork,
-    Inject,
     RequestDetail,
-    Resume,
-    SendMessage,
-    Steer,
-    parse_body,
     to_json,
 )
 from .service import SessionService

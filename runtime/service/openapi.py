@@ -1,12 +1,14 @@
 """The OpenAPI 3.1 document of the service (`GET /openapi.json`), built from the JSON
-Schemas in `schemas` that also validate the request bodies, so the document cannot drift
-from what the server accepts; every status an operation can answer is listed."""
+Schemas in `bodies` (that also validate the request bodies) and `schemas`, so the document
+cannot drift from what the server accepts; every status an operation can answer is
+listed."""
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from . import bodies as b
 from . import schemas as s
 
 JsonObject = dict[str, Any]
@@ -198,7 +200,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                 "Spawn an agent on a new session.",
                 {201: _json(s.SESSION_STATE_SCHEMA, "Created.")},
                 (409,),
-                body=s.CREATE_SESSION_SCHEMA,
+                body=b.CREATE_SESSION_SCHEMA,
                 auth=auth,
             ),
             "get": _operation(
@@ -237,7 +239,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                     202: accepted,
                 },
                 (409, 429),
-                body=s.SEND_MESSAGE_SCHEMA,
+                body=b.SEND_MESSAGE_SCHEMA,
                 parameters=(ID_PARAMETER,),
                 auth=auth,
             )
@@ -248,7 +250,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                 "Redirect the running turn (on an idle session: start a turn).",
                 {202: accepted},
                 (409, 429),
-                body=s.STEER_SCHEMA,
+                body=b.STEER_SCHEMA,
                 parameters=(ID_PARAMETER,),
                 auth=auth,
             )
@@ -259,7 +261,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                 "Add durable context (a context/message) without making the model answer.",
                 {202: accepted},
                 (409, 429),
-                body=s.INJECT_SCHEMA,
+                body=b.INJECT_SCHEMA,
                 parameters=(ID_PARAMETER,),
                 auth=auth,
             )
@@ -271,7 +273,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                 "every queued send.",
                 {200: _json(s.CANCEL_OUTCOME_SCHEMA, "Cancelled (or nothing to cancel).")},
                 (409,),
-                body=s.CANCEL_SCHEMA,
+                body=b.CANCEL_SCHEMA,
                 parameters=(ID_PARAMETER,),
                 auth=auth,
             )
@@ -282,7 +284,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                 "A child session seeded with this one up to a turn/end.",
                 {201: _json(s.FORK_OUTCOME_SCHEMA, "The child.")},
                 (409,),
-                body=s.FORK_SCHEMA,
+                body=b.FORK_SCHEMA,
                 parameters=(ID_PARAMETER,),
                 auth=auth,
             )
@@ -293,7 +295,7 @@ def openapi_document(*, auth: bool) -> JsonObject:
                 "Start a loop instance on the stored session (no-op when live).",
                 {200: _json(s.RESUME_OUTCOME_SCHEMA, "Live.")},
                 (409,),
-                body=s.RESUME_SCHEMA,
+                body=b.RESUME_SCHEMA,
                 parameters=(ID_PARAMETER,),
                 auth=auth,
             )

@@ -5,7 +5,7 @@ profile, resume on demand, one run per session, idempotency keys, and the drain
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,40 +20,40 @@ from ..host.runtime import Runtime
 from ..log.load import load_session
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
-from ..log.usage import session_usage, usage_of
+from ..log.usage import session_usage
 from ..log.verify import verify_log
-from ..model.chunks import TokenUsage
-from ..model.events import AssistantMessage, SessionEvent, StepStart, TurnEnd, TurnStart
 from ..model.hook_values import TurnResult
 from ..model.messages import Content
 from ..model.meta import DamagedSession
 from ..stores.ids import check_session_id
+from .bodies import (
+    Cancel,
+    CreateSession,
+    Fork,
+    Inject,
+    Resume,
+    SendMessage,
+)
 from .drain import Drain
 from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
+from .outcomes import outcome_from_log, turn_outcome, usage_json
 from .profiles import PROFILE_LABEL, ProfileRegistry
 from .runs import Ticket, TurnLine
 from .schemas import (
-    Cancel,
     CancelOutcome,
-    CreateSession,
-    Fork,
     ForkOutcome,
     Health,
-    Inject,
     Lineage,
     ProfileInfo,
     ProfileList,
-    Resume,
     ResumeOutcome,
-    SendMessage,
     SessionDetail,
     SessionPage,
     SessionState,
     SessionStatus,
     SessionSummary,
     TurnOutcome,
-    Usage,
     UsageReport,
     VerifyOutcome,
 )
@@ -62,59 +62,6 @@ log = logging.getLogger("actorloop.service")
 
 SHUTDOWN_REASON = "server shutting down"
 MAX_PAGE = 1000
-
-
-def usage_json(usage: TokenUsage) -> Usage:
-    """`TokenUsage` with every bucket present."""
-    return Usage(usage.input, usage.output, usage.cache_read, usage.cache_write, usage.reasoning)
-
-
-def turn_outcome(session_id: str, result: TurnResult) -> TurnOutcome:
-    """The response shape of a `TurnResult`."""
-    return TurnOutcome(
-        id=session_id,
-        turn=result.turn,
-        reason=result.reason,
-        text=result.text,
-        message=result.message,
-        code=result.code,
-        steps=result.steps,
-        usage=usage_json(result.usage),
-    )
-
-
-def outcome_from_log(session_id: str, events: Sequence[SessionEvent]) -> TurnOutcome:
-    """The outcome of the first turn that starts in `events` (what its `TurnResult` said),
-    or `discarded` if none started: used when the caller that awaited the turn was
-    cancelled, so the idempotency key still answers with what happened."""
-    start = next((i for i, e in enumerate(events) if isinstance(e.data, TurnStart)), None)
-    if start is None:
-        return turn_outcome(session_id, TurnResult(None, "discarded"))
-    turn = events[start].data
-    assert isinstance(turn, TurnStart)
-    span: list[SessionEvent] = []
-    end: TurnEnd | None = None
-    for event in events[start:]:
-        span.append(event)
-        if isinstance(event.data, TurnEnd) and event.data.turn == turn.turn:
-            end = event.data
-            break
-    reply = next(
-        (e.data for e in reversed(span) if isinstance(e.data, AssistantMessage) and e.data.content),
-        None,
-    )
-    text = "".join(getattr(block, "text", "") for block in reply.content) if reply else ""
-    reason = end.reason if end is not None else None
-    return TurnOutcome(
-        id=session_id,
-        turn=turn.turn,
-        reason=reason.kind if reason is not None else "aborted",
-        text=text,
-        message=(reason.message or reason.reason) if reason is not None else None,
-        code=reason.code if reason is not None else None,
-        steps=sum(1 for e in span if isinstance(e.data, StepStart)),
-        usage=usage_json(usage_of(span).total),
-    )
 
 
 class SessionService:
