@@ -15,7 +15,8 @@ import pytest
 import trio
 from serve_kit import HeldModel, Running, app_config_for, running_server
 
-from actorloop.runtime.service.openapi import openapi_document
+from actorloop.runtime.service.endpoints import ENDPOINTS
+from actorloop.runtime.service.openapi import DOCS, openapi_document
 
 
 def code_of(response: httpx.Response) -> str:
@@ -202,4 +203,13 @@ async def test_allow_nosniff_required_bodies_and_an_access_log_without_headers(
         "/v1/sessions/{id}/cancel": False,
         "/v1/sessions/{id}/fork": False,
         "/v1/sessions/{id}/resume": False,
+    }
+
+
+def test_the_document_is_the_route_table() -> None:
+    documented = {e.operation_id for e in ENDPOINTS if e.operation_id is not None}
+    assert documented == set(DOCS)
+    paths = openapi_document(auth=True)["paths"]
+    assert {(path, method.upper()) for path, item in paths.items() for method in item} == {
+        (e.path, e.method) for e in ENDPOINTS if e.operation_id is not None
     }
