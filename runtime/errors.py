@@ -54,18 +54,20 @@ keep working)::
     ├── TelemetryError                 tracing was asked for and cannot be set up
     ├── CollectorPolicyError           [ValueError] collector thresholds that gc cannot take
     └── ServiceError                   the HTTP service refused a request; `.code` says why
-        ├── InvalidRequestBody         [ValueError] a body that is not JSON, too big, off-schema
-        ├── UnknownProfile             [LookupError] no agent profile by that name
-        ├── IdempotencyKeyReused       a key sent again with a different request
-        ├── ServiceDraining            the server is shutting down; it starts nothing
-        └── ServeConfigError           [ValueError] `serve` cannot start as configured
+                                       (its subclasses: actorloop.runtime.service.errors)
 
 Codes are the stable strings recorded in logs and shown to callers (`ErrorCode`); every
 code actorloop writes is a member of it, so one grep finds every place that uses it.
+
+The HTTP service's own errors (`InvalidRequestBody`, `UnknownProfile`, ...) live with the
+service, in `actorloop.runtime.service.errors`; their old names here still resolve, with a
+`DeprecationWarning`, for one release.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from enum import StrEnum
 from typing import Any
 
@@ -148,6 +150,12 @@ class ErrorCode(StrEnum):
     OWNER_LOST = "OWNER_LOST"
     SERVER_DRAINING = "SERVER_DRAINING"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
+    MISDIRECTED_REQUEST = "MISDIRECTED_REQUEST"
+    HTTP_VERSION_NOT_SUPPORTED = "HTTP_VERSION_NOT_SUPPORTED"
+    BODY_READ_TIMEOUT = "BODY_READ_TIMEOUT"
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
 
 
 class ActorloopError(Exception):
@@ -552,46 +560,37 @@ class ServiceError(ActorloopError):
             self.code = code
 
 
-class InvalidRequestBody(ServiceError, ValueError):
-    """A request body that is not JSON (INVALID_JSON), larger than the limit
-    (BODY_TOO_LARGE) or off its schema (VALIDATION_FAILED), or a bad query parameter."""
-
-
-class UnknownProfile(ServiceError, LookupError):
-    """No agent profile of that name is registered."""
-
-    code = ErrorCode.UNKNOWN_PROFILE
-
-
-class IdempotencyKeyReused(ServiceError):
-    """An idempotency key came back with a different request than the one it was first
-    used for; the first request's turn stands, nothing new is started."""
-
-    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
-
-
-class ServiceDraining(ServiceError):
-    """The server is draining for shutdown: it takes no new requests."""
-
-    code = ErrorCode.SERVER_DRAINING
-
-
-class OwnerLost(ServiceError):
-    """A request handed to the instance owning its session was taken by that instance, which
-    then died before answering; the session is taken over once its lease expires. Whether
-    the request took effect is not known: read the session's events, then retry."""
-
-    code = ErrorCode.OWNER_LOST
-
-
-class ServeConfigError(ServiceError, ValueError):
-    """`serve` cannot start as configured: an `--app` that does not load, a profiles file
-    off its schema, a non-loopback bind without an API token."""
-
-
 def sole_error(error: BaseException) -> BaseException:
     """The one exception inside nested single-member exception groups (`error` itself when
     it is not such a group): public calls raise plain typed exceptions, never a group."""
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
+
+
+MOVED_TO_SERVICE = frozenset(
+    {
+        "InvalidRequestBody",
+        "UnknownProfile",
+        "IdempotencyKeyReused",
+        "ServiceDraining",
+        "OwnerLost",
+        "ServeConfigError",
+    }
+)
+"""Service errors whose old home was this module (now `actorloop.runtime.service.errors`)."""
+
+
+def __getattr__(name: str) -> Any:
+    """The moved service errors under their old path, with a DeprecationWarning. The
+    service module is imported by name only here: this foundation module loads nothing above
+    it, and a caller of an old name gets exactly the class the service raises."""
+    if name not in MOVED_TO_SERVICE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"actorloop.runtime.errors.{name} moved to actorloop.runtime.service.errors.{name}; "
+        "the old path goes away in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(".service.errors", __package__), name)

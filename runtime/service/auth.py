@@ -10,8 +10,8 @@ import ipaddress
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import ErrorCode, ServeConfigError
-from .errors import error_response
+from ..errors import ErrorCode
+from .errors import ServeConfigError, error_response
 
 TOKEN_ENV = "ACTORLOOP_API_TOKEN"
 PROTECTED_PREFIX = "/v1"

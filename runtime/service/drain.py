@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import trio
 
-from ..errors import ServiceDraining
+from .errors import ServiceDraining
 
 
 class Drain:

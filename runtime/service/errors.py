@@ -1,14 +1,26 @@
-"""Errors → HTTP: the status and stable code of every typed error a request can meet, and
-the one error body shape `{"error": {"code", "message"}}` (docs/spec/runtime.md §15.2)."""
+"""The service's errors and how every error meets HTTP: the `ServiceError` subclasses a
+request can be refused with, the status and stable code of every typed error, and the one
+error body shape `{"error": {"code", "message"}}` (docs/spec/runtime.md §15.2). Importing
+it needs no `serve` extra (Starlette loads when a response is made).
+
+    ServiceError (actorloop.runtime.errors)   the HTTP service refused a request
+    ├── InvalidRequestBody     [ValueError] a body that is not JSON, too big, off-schema,
+    │                          too slow, or a message over the limit; a bad query parameter
+    ├── UnknownProfile         [LookupError] no agent profile by that name
+    ├── IdempotencyKeyReused   a key sent again with a different request
+    ├── ServiceDraining        the server is shutting down; it starts nothing
+    ├── OwnerLost              the instance owning the session died before answering
+    └── ServeConfigError       [ValueError] `serve` cannot start as configured
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import orjson
 from attrs import frozen
-from starlette.responses import Response
 
 from ..errors import (
     ActorloopError,
@@ -36,7 +48,49 @@ from ..errors import (
     VerificationFailed,
 )
 
+if TYPE_CHECKING:
+    from starlette.responses import Response
+
 log = logging.getLogger("actorloop.service")
+
+
+class InvalidRequestBody(ServiceError, ValueError):
+    """A request body that is not JSON (INVALID_JSON), larger than the limit
+    (BODY_TOO_LARGE), slower than the body timeout (BODY_READ_TIMEOUT), off its schema
+    (VALIDATION_FAILED) or carrying a message over the limit (MESSAGE_TOO_LARGE), or a bad
+    query parameter."""
+
+
+class UnknownProfile(ServiceError, LookupError):
+    """No agent profile of that name is registered."""
+
+    code = ErrorCode.UNKNOWN_PROFILE
+
+
+class IdempotencyKeyReused(ServiceError):
+    """An idempotency key came back with a different request than the one it was first
+    used for; the first request's turn stands, nothing new is started."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
+
+
+class ServiceDraining(ServiceError):
+    """The server is draining for shutdown: it takes no new requests."""
+
+    code = ErrorCode.SERVER_DRAINING
+
+
+class OwnerLost(ServiceError):
+    """A request handed to the instance owning its session was taken by that instance, which
+    then died before answering; the session is taken over once its lease expires. Whether
+    the request took effect is not known: read the session's events, then retry."""
+
+    code = ErrorCode.OWNER_LOST
+
+
+class ServeConfigError(ServiceError, ValueError):
+    """`serve` cannot start as configured: an `--app` that does not load, a profiles file
+    off its schema, a non-loopback bind without an API token."""
 
 
 @frozen
@@ -76,6 +130,12 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.SESSION_FENCED: 409,
     ErrorCode.OWNER_LOST: 503,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.FORBIDDEN_ORIGIN: 403,
+    ErrorCode.MISDIRECTED_REQUEST: 421,
+    ErrorCode.HTTP_VERSION_NOT_SUPPORTED: 505,
+    ErrorCode.BODY_READ_TIMEOUT: 408,
+    ErrorCode.MESSAGE_TOO_LARGE: 413,
 }
 """Every code an error body can carry, with its status."""
 
@@ -126,6 +186,8 @@ def error_response(
     status: int, code: ErrorCode, message: str, headers: Mapping[str, str] | None = None
 ) -> Response:
     """The one error body: `{"error": {"code": ..., "message": ...}}`."""
+    from starlette.responses import Response  # the serve extra, needed from here on
+
     body = orjson.dumps({"error": {"code": str(code), "message": message}})
     return Response(body, status, headers=dict(headers or {}), media_type="application/json")
 

@@ -17,8 +17,8 @@ from typing import Generic, TypeVar
 import trio
 
 from ...codecs.converter import canonical_bytes
-from ..errors import IdempotencyKeyReused
 from ..model.messages import Content
+from .errors import IdempotencyKeyReused
 
 DEFAULT_TTL_S = 24 * 3600.0
 DEFAULT_CAPACITY = 100_000

@@ -1,13 +1,18 @@
 """The OpenAPI 3.1 document of the service (`GET /openapi.json`), built from the JSON
-Schemas in `schemas` that also validate the request bodies, so the document cannot drift
-from what the server accepts; every status an operation can answer is listed."""
+Schemas in `bodies` (that also validate the request bodies) and `schemas`, so the document
+cannot drift from what the server accepts; every status an operation can answer is
+listed."""
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from attrs import frozen
+
 from . import schemas as s
+from .bodies import BODIES
+from .endpoints import ENDPOINTS
 
 JsonObject = dict[str, Any]
 
@@ -15,12 +20,19 @@ ERROR_RESPONSES = {
     400: "A body that is not JSON (INVALID_JSON) or a session id that is refused "
     "(INVALID_SESSION_ID).",
     401: "Missing or wrong bearer token (UNAUTHORIZED).",
+    403: "A state-changing request from another site: an `Origin` that is not this server's "
+    "or a cross-site `Sec-Fetch-Site` (FORBIDDEN_ORIGIN).",
     404: "No such session (SESSION_NOT_FOUND), event (EVENT_NOT_FOUND) or route (NOT_FOUND).",
     405: "The route does not take this method (METHOD_NOT_ALLOWED).",
     409: "The session is busy (SESSION_BUSY), exists already (SESSION_ALREADY_EXISTS), has "
     "an open turn (OPEN_TURN), is closed (AGENT_CLOSED), cannot be read (SESSION_DAMAGED) "
     "or does not rebuild its request (REQUEST_DIGEST_MISMATCH).",
-    413: "The body is larger than the server's limit (BODY_TOO_LARGE).",
+    408: "The body did not arrive within the server's body timeout (BODY_READ_TIMEOUT).",
+    413: "The body is larger than the server's limit (BODY_TOO_LARGE), or the message in "
+    "it longer than the per-message limit (MESSAGE_TOO_LARGE).",
+    415: "The body is not sent as `Content-Type: application/json` (UNSUPPORTED_MEDIA_TYPE).",
+    421: "A server without a token answers only loopback host names and those it was given "
+    "with --allowed-host (MISDIRECTED_REQUEST).",
     422: "The body or a parameter breaks its schema (VALIDATION_FAILED, INVALID_CONTENT, "
     "INVALID_BOUNDARY, UNKNOWN_PROFILE, IDEMPOTENCY_KEY_REUSED, PROVIDER_NOT_CONFIGURED, "
     "NOT_A_MODEL_ANSWER).",
@@ -84,8 +96,10 @@ def _operation(
     codes = set(errors)
     if auth:
         codes.add(401)
+    else:
+        codes.add(421)
     if body is not None:
-        codes |= {400, 413, 422}
+        codes |= {400, 403, 408, 413, 415, 422}
     if any(parameter["in"] == "path" for parameter in parameters):
         codes |= {400, 404}
     codes |= {405, 503}
@@ -104,12 +118,189 @@ def _operation(
         operation["parameters"] = list(parameters)
     if body is not None:
         operation["requestBody"] = {
-            "required": False,
+            # An empty body reads as {}: required exactly when the schema requires a field.
+            "required": bool(body.get("required")),
             "content": {"application/json": {"schema": body}},
         }
     if auth:
         operation["security"] = [{"bearer": []}]
     return operation
+
+
+@frozen
+class Doc:
+    """What the document says of one operation beyond the route table: its summary, its
+    answers, the error statuses of its own, and the header parameters it reads."""
+
+    summary: str
+    responses: dict[int, JsonObject]
+    errors: tuple[int, ...]
+    headers: tuple[JsonObject, ...] = ()
+
+
+def _path_parameters(path: str) -> tuple[str, ...]:
+    """The names of a route's path parameters (`/v1/sessions/{id}` -> `("id",)`)."""
+    return tuple(part[1:-1] for part in path.split("/") if part.startswith("{"))
+
+
+STATE = _json(s.SESSION_STATE_SCHEMA, "The session and its status.")
+ACCEPTED = _json(s.SESSION_STATE_SCHEMA, "Accepted; the work runs on (follow the events).")
+AFTER: JsonObject = {
+    "name": "after",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "integer", "minimum": -1, "maximum": 9_007_199_254_740_991},
+    "description": "Stream events with a seq above this one (default: from the start).",
+}
+FOLLOW: JsonObject = {
+    "name": "follow",
+    "in": "query",
+    "required": False,
+    "schema": {"enum": ["true", "false"]},
+    "description": "Keep the stream open for new events (default true).",
+}
+LAST_EVENT_ID: JsonObject = {
+    "name": "Last-Event-ID",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "pattern": "^[0-9]{1,16}$"},
+    "description": "The seq of the last event received; wins over `after`.",
+}
+LIMIT: JsonObject = {
+    "name": "limit",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+}
+CURSOR: JsonObject = {
+    "name": "cursor",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+    "description": "`next_cursor` of the previous page.",
+}
+SEQ: JsonObject = {
+    "name": "seq",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991},
+}
+DOCS: dict[str, Doc] = {
+    "health": Doc(
+        "Liveness; 503 while draining.",
+        {
+            200: _json(s.HEALTH_SCHEMA, "Serving."),
+            503: _json(s.HEALTH_SCHEMA, "Draining for shutdown."),
+        },
+        (),
+        (),
+    ),
+    "listProfiles": Doc(
+        "The agent profiles sessions can be created with.",
+        {200: _json(s.PROFILE_LIST_SCHEMA, "The profiles.")},
+        (),
+        (),
+    ),
+    "createSession": Doc(
+        "Spawn an agent on a new session.",
+        {201: _json(s.SESSION_STATE_SCHEMA, "Created.")},
+        (409,),
+        (),
+    ),
+    "listSessions": Doc(
+        "Stored sessions, in id order, a page at a time.",
+        {200: _json(s.SESSION_PAGE_SCHEMA, "A page.")},
+        (422,),
+        (),
+    ),
+    "getSession": Doc(
+        "Status, lineage, turns, request header and usage.",
+        {200: _json(s.SESSION_DETAIL_SCHEMA, "The session.")},
+        (409,),
+        (),
+    ),
+    "disposeSession": Doc(
+        "Dispose the live agent (its running turn ends `disposed`); the log stays.",
+        {200: STATE},
+        (403, 409),
+        (),
+    ),
+    "sendMessage": Doc(
+        "Run one turn; 200 with its outcome when `wait` (the default), else 202.",
+        {
+            200: _json(s.TURN_OUTCOME_SCHEMA, "The turn ended."),
+            202: ACCEPTED,
+        },
+        (409, 429),
+        (),
+    ),
+    "steer": Doc(
+        "Redirect the running turn (on an idle session: start a turn).",
+        {202: ACCEPTED},
+        (409, 429),
+        (),
+    ),
+    "inject": Doc(
+        "Add durable context (a context/message) without making the model answer.",
+        {202: ACCEPTED},
+        (409, 429),
+        (),
+    ),
+    "cancel": Doc(
+        "Cancel the running turn (it ends `aborted`) and, without keep_inbox, every queued send.",
+        {200: _json(s.CANCEL_OUTCOME_SCHEMA, "Cancelled (or nothing to cancel).")},
+        (409,),
+        (),
+    ),
+    "fork": Doc(
+        "A child session seeded with this one up to a turn/end.",
+        {201: _json(s.FORK_OUTCOME_SCHEMA, "The child.")},
+        (409,),
+        (),
+    ),
+    "resume": Doc(
+        "Start a loop instance on the stored session (no-op when live).",
+        {200: _json(s.RESUME_OUTCOME_SCHEMA, "Live.")},
+        (409,),
+        (),
+    ),
+    "streamEvents": Doc(
+        "The session's events as Server-Sent Events: `id: <seq>`, "
+        "`event: <type>`, `data: <the event as the log's codec encodes it>`.",
+        {
+            200: {
+                "description": "An event stream.",
+                "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
+            }
+        },
+        (409, 422),
+        (LAST_EVENT_ID,),
+    ),
+    "getRequest": Doc(
+        "The exact request the assistant/message at `seq` answered, rebuilt from "
+        "the log, its digest checked against the recorded one.",
+        {200: _json(s.REQUEST_DETAIL_SCHEMA, "The request.")},
+        (409, 422),
+        (),
+    ),
+    "verifySession": Doc(
+        "Check every log rule and rebuild every recorded request digest.",
+        {200: _json(s.VERIFY_OUTCOME_SCHEMA, "The verdict.")},
+        (409,),
+        (),
+    ),
+}
+"""Per operation id of the route table (`endpoints`), what the document says beyond it."""
+
+PARAMETERS: dict[str, JsonObject] = {
+    "id": ID_PARAMETER,
+    "seq": SEQ,
+    "after": AFTER,
+    "follow": FOLLOW,
+    "limit": LIMIT,
+    "cursor": CURSOR,
+}
+"""The path and query parameters by name, as the route table names them."""
 
 
 def openapi_document(*, auth: bool) -> JsonObject:
@@ -118,214 +309,21 @@ def openapi_document(*, auth: bool) -> JsonObject:
         package_version = version("actorloop")
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         package_version = "0"
-    state = _json(s.SESSION_STATE_SCHEMA, "The session and its status.")
-    accepted = _json(s.SESSION_STATE_SCHEMA, "Accepted; the work runs on (follow the events).")
-    after: JsonObject = {
-        "name": "after",
-        "in": "query",
-        "required": False,
-        "schema": {"type": "integer", "minimum": -1, "maximum": 9_007_199_254_740_991},
-        "description": "Stream events with a seq above this one (default: from the start).",
-    }
-    follow: JsonObject = {
-        "name": "follow",
-        "in": "query",
-        "required": False,
-        "schema": {"enum": ["true", "false"]},
-        "description": "Keep the stream open for new events (default true).",
-    }
-    last_event_id: JsonObject = {
-        "name": "Last-Event-ID",
-        "in": "header",
-        "required": False,
-        "schema": {"type": "string", "pattern": "^[0-9]{1,16}$"},
-        "description": "The seq of the last event received; wins over `after`.",
-    }
-    limit: JsonObject = {
-        "name": "limit",
-        "in": "query",
-        "required": False,
-        "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
-    }
-    cursor: JsonObject = {
-        "name": "cursor",
-        "in": "query",
-        "required": False,
-        "schema": {"type": "string", "minLength": 1, "maxLength": 128},
-        "description": "`next_cursor` of the previous page.",
-    }
-    seq: JsonObject = {
-        "name": "seq",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991},
-    }
-    paths: JsonObject = {
-        "/healthz": {
-            "get": _operation(
-                "health",
-                "Liveness; 503 while draining.",
-                {
-                    200: _json(s.HEALTH_SCHEMA, "Serving."),
-                    503: _json(s.HEALTH_SCHEMA, "Draining for shutdown."),
-                },
-                (),
-                auth=False,
-            )
-        },
-        "/v1/profiles": {
-            "get": _operation(
-                "listProfiles",
-                "The agent profiles sessions can be created with.",
-                {200: _json(s.PROFILE_LIST_SCHEMA, "The profiles.")},
-                (),
-                auth=auth,
-            )
-        },
-        "/v1/sessions": {
-            "post": _operation(
-                "createSession",
-                "Spawn an agent on a new session.",
-                {201: _json(s.SESSION_STATE_SCHEMA, "Created.")},
-                (409,),
-                body=s.CREATE_SESSION_SCHEMA,
-                auth=auth,
-            ),
-            "get": _operation(
-                "listSessions",
-                "Stored sessions, in id order, a page at a time.",
-                {200: _json(s.SESSION_PAGE_SCHEMA, "A page.")},
-                (422,),
-                parameters=(limit, cursor),
-                auth=auth,
-            ),
-        },
-        "/v1/sessions/{id}": {
-            "get": _operation(
-                "getSession",
-                "Status, lineage, turns, request header and usage.",
-                {200: _json(s.SESSION_DETAIL_SCHEMA, "The session.")},
-                (409,),
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            ),
-            "delete": _operation(
-                "disposeSession",
-                "Dispose the live agent (its running turn ends `disposed`); the log stays.",
-                {200: state},
-                (409,),
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            ),
-        },
-        "/v1/sessions/{id}/messages": {
-            "post": _operation(
-                "sendMessage",
-                "Run one turn; 200 with its outcome when `wait` (the default), else 202.",
-                {
-                    200: _json(s.TURN_OUTCOME_SCHEMA, "The turn ended."),
-                    202: accepted,
-                },
-                (409, 429),
-                body=s.SEND_MESSAGE_SCHEMA,
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            )
-        },
-        "/v1/sessions/{id}/steer": {
-            "post": _operation(
-                "steer",
-                "Redirect the running turn (on an idle session: start a turn).",
-                {202: accepted},
-                (409, 429),
-                body=s.STEER_SCHEMA,
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            )
-        },
-        "/v1/sessions/{id}/inject": {
-            "post": _operation(
-                "inject",
-                "Add durable context (a context/message) without making the model answer.",
-                {202: accepted},
-                (409, 429),
-                body=s.INJECT_SCHEMA,
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            )
-        },
-        "/v1/sessions/{id}/cancel": {
-            "post": _operation(
-                "cancel",
-                "Cancel the running turn (it ends `aborted`) and, without keep_inbox, "
-                "every queued send.",
-                {200: _json(s.CANCEL_OUTCOME_SCHEMA, "Cancelled (or nothing to cancel).")},
-                (409,),
-                body=s.CANCEL_SCHEMA,
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            )
-        },
-        "/v1/sessions/{id}/fork": {
-            "post": _operation(
-                "fork",
-                "A child session seeded with this one up to a turn/end.",
-                {201: _json(s.FORK_OUTCOME_SCHEMA, "The child.")},
-                (409,),
-                body=s.FORK_SCHEMA,
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            )
-        },
-        "/v1/sessions/{id}/resume": {
-            "post": _operation(
-                "resume",
-                "Start a loop instance on the stored session (no-op when live).",
-                {200: _json(s.RESUME_OUTCOME_SCHEMA, "Live.")},
-                (409,),
-                body=s.RESUME_SCHEMA,
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            )
-        },
-        "/v1/sessions/{id}/events": {
-            "get": _operation(
-                "streamEvents",
-                "The session's events as Server-Sent Events: `id: <seq>`, "
-                "`event: <type>`, `data: <the event as the log's codec encodes it>`.",
-                {
-                    200: {
-                        "description": "An event stream.",
-                        "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
-                    }
-                },
-                (409, 422),
-                parameters=(ID_PARAMETER, after, follow, last_event_id),
-                auth=auth,
-            )
-        },
-        "/v1/sessions/{id}/requests/{seq}": {
-            "get": _operation(
-                "getRequest",
-                "The exact request the assistant/message at `seq` answered, rebuilt from "
-                "the log, its digest checked against the recorded one.",
-                {200: _json(s.REQUEST_DETAIL_SCHEMA, "The request.")},
-                (409, 422),
-                parameters=(ID_PARAMETER, seq),
-                auth=auth,
-            )
-        },
-        "/v1/sessions/{id}/verify": {
-            "get": _operation(
-                "verifySession",
-                "Check every log rule and rebuild every recorded request digest.",
-                {200: _json(s.VERIFY_OUTCOME_SCHEMA, "The verdict.")},
-                (409,),
-                parameters=(ID_PARAMETER,),
-                auth=auth,
-            )
-        },
-    }
+    paths: JsonObject = {}
+    for endpoint in ENDPOINTS:
+        if endpoint.operation_id is None:
+            continue
+        doc = DOCS[endpoint.operation_id]
+        names = (*_path_parameters(endpoint.path), *endpoint.query)
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(
+            endpoint.operation_id,
+            doc.summary,
+            doc.responses,
+            doc.errors,
+            body=None if endpoint.body is None else BODIES[endpoint.body].schema,
+            parameters=(*(PARAMETERS[name] for name in names), *doc.headers),
+            auth=auth and endpoint.path.startswith("/v1"),
+        )
     document: JsonObject = {
         "openapi": "3.1.0",
         "info": {

@@ -17,8 +17,8 @@ from cattrs.v import format_exception
 
 from ..control.hooks import Listener
 from ..control.options import AgentOptions, Tool
-from ..errors import ServeConfigError, UnknownProfile
 from ..providers.base import Provider
+from .errors import ServeConfigError, UnknownProfile
 
 if TYPE_CHECKING:
     from ..host.runtime import Runtime

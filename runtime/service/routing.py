@@ -22,11 +22,11 @@ import trio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..control.handle import Agent
-from ..errors import ActorloopError, InvalidSessionId, OwnerLost, sole_error
+from ..errors import ActorloopError, InvalidSessionId, sole_error
 from ..stores.ids import check_session_id
 from ..stores.postgres.inbox import Handed, Inbox, Listener, RowState
 from ..stores.postgres.store import PostgresStore
-from .errors import response_for
+from .errors import OwnerLost, response_for
 from .service import SessionService
 
 log = logging.getLogger("actorloop.service")

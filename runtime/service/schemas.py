@@ -1,22 +1,19 @@
-"""The service's request and response shapes: frozen attrs classes, the JSON Schema of each
-(the same schemas validate request bodies and document them in /openapi.json), and the
-cattrs converter between them and JSON."""
+"""The service's response shapes: frozen attrs classes and the JSON Schema of each (as
+/openapi.json documents them), the schema pieces request bodies share (`bodies`), and the
+cattrs converter between the shapes and JSON."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias
 
 import cattrs
 import orjson
-from attrs import field, frozen
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from attrs import frozen
 
-from ..errors import ErrorCode, InvalidRequestBody
+from ..errors import ErrorCode
 from ..model.messages import Content, Text
 
-T = TypeVar("T")
 JsonObject: TypeAlias = dict[str, Any]
 
 SESSION_ID_SCHEMA: JsonObject = {
@@ -55,11 +52,15 @@ SessionStatus: TypeAlias = Literal["idle", "running", "disposed", "failed", "sto
 with no live agent here, `damaged` for a stored record that cannot be read."""
 
 
-def _nullable(schema: JsonObject) -> JsonObject:
+def nullable(schema: JsonObject) -> JsonObject:
+    """`schema` or null."""
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def _object(properties: Mapping[str, JsonObject], required: tuple[str, ...] = ()) -> JsonObject:
+def object_schema(
+    properties: Mapping[str, JsonObject], required: tuple[str, ...] = ()
+) -> JsonObject:
+    """A closed object schema (no other property) with `properties`, `required` ones."""
     return {
         "type": "object",
         "properties": dict(properties),
@@ -70,157 +71,6 @@ def _object(properties: Mapping[str, JsonObject], required: tuple[str, ...] = ()
 
 ANY_JSON: JsonObject = {"description": "JSON as the session log's codec encodes it."}
 STATUS_SCHEMA: JsonObject = {"enum": list(STATUS_VALUES)}
-
-
-# ---------------------------------------------------------------------- requests
-
-
-@frozen
-class OptionOverrides:
-    """What a client may change of a profile's `AgentOptions` for one session (tools and
-    listeners come from the profile only: a client cannot ship code)."""
-
-    model: str | None = None
-    system: str | None = None
-    provider: str | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    stop: tuple[str, ...] | None = None
-    context_window: int | None = None
-
-    def changes(self) -> dict[str, Any]:
-        """The fields the client set (None means "keep the profile's")."""
-        return {
-            name: value for name, value in _plain.unstructure(self).items() if value is not None
-        }
-
-
-OPTIONS_SCHEMA = _object(
-    {
-        "model": {"type": "string", "minLength": 1},
-        "system": {"type": "string"},
-        "provider": {"type": "string", "minLength": 1},
-        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 10_000_000},
-        "stop": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 16},
-        "context_window": {"type": "integer", "minimum": 1, "maximum": 100_000_000},
-    }
-)
-
-
-@frozen
-class CreateSession:
-    """`POST /v1/sessions`."""
-
-    profile: str | None = None
-    session_id: str | None = None
-    options: OptionOverrides = OptionOverrides()
-
-
-CREATE_SESSION_SCHEMA = _object(
-    {
-        "profile": {"type": "string", "minLength": 1},
-        "session_id": SESSION_ID_SCHEMA,
-        "options": OPTIONS_SCHEMA,
-    }
-)
-
-IfBusy: TypeAlias = Literal["reject", "queue"]
-
-
-@frozen
-class SendMessage:
-    """`POST /v1/sessions/{id}/messages`: one turn with `content` as its user message."""
-
-    content: Content
-    wait: bool = True
-    idempotency_key: str | None = None
-    if_busy: IfBusy = "reject"
-
-
-SEND_MESSAGE_SCHEMA = _object(
-    {
-        "content": CONTENT_SCHEMA,
-        "wait": {"type": "boolean", "description": "Answer when the turn ends (200)."},
-        "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
-        "if_busy": {
-            "enum": ["reject", "queue"],
-            "description": "A session with a turn running or queued: 409 SESSION_BUSY "
-            "(reject, the default) or wait behind it (queue).",
-        },
-    },
-    ("content",),
-)
-
-
-@frozen
-class Steer:
-    """`POST /v1/sessions/{id}/steer`."""
-
-    content: Content
-
-
-STEER_SCHEMA = _object({"content": CONTENT_SCHEMA}, ("content",))
-
-
-@frozen
-class Inject:
-    """`POST /v1/sessions/{id}/inject`: durable context, from the plugin named `source`."""
-
-    content: Content
-    source: str = "api"
-    meta: dict[str, Any] | None = None
-
-
-INJECT_SCHEMA = _object(
-    {
-        "content": CONTENT_SCHEMA,
-        "source": {"type": "string", "minLength": 1, "maxLength": 200},
-        "meta": {"type": "object"},
-    },
-    ("content",),
-)
-
-
-@frozen
-class Cancel:
-    """`POST /v1/sessions/{id}/cancel`."""
-
-    reason: str | None = None
-    keep_inbox: bool = False
-
-
-CANCEL_SCHEMA = _object(
-    {"reason": {"type": "string", "maxLength": 2000}, "keep_inbox": {"type": "boolean"}}
-)
-
-
-@frozen
-class Fork:
-    """`POST /v1/sessions/{id}/fork`."""
-
-    boundary: int | None = None
-    child_id: str | None = None
-    profile: str | None = None
-
-
-FORK_SCHEMA = _object(
-    {
-        "boundary": {"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991},
-        "child_id": SESSION_ID_SCHEMA,
-        "profile": {"type": "string", "minLength": 1},
-    }
-)
-
-
-@frozen
-class Resume:
-    """`POST /v1/sessions/{id}/resume`."""
-
-    profile: str | None = None
-
-
-RESUME_SCHEMA = _object({"profile": {"type": "string", "minLength": 1}})
 
 
 # ---------------------------------------------------------------------- responses
@@ -246,7 +96,7 @@ class SessionState:
     status: SessionStatus
 
 
-SESSION_STATE_SCHEMA = _object(
+SESSION_STATE_SCHEMA = object_schema(
     {"id": {"type": "string"}, "status": STATUS_SCHEMA}, ("id", "status")
 )
 
@@ -260,7 +110,7 @@ class CancelOutcome:
     cancelled: bool
 
 
-CANCEL_OUTCOME_SCHEMA = _object(
+CANCEL_OUTCOME_SCHEMA = object_schema(
     {"id": {"type": "string"}, "status": STATUS_SCHEMA, "cancelled": {"type": "boolean"}},
     ("id", "status", "cancelled"),
 )
@@ -276,7 +126,7 @@ class ResumeOutcome:
     resumed: bool
 
 
-RESUME_OUTCOME_SCHEMA = _object(
+RESUME_OUTCOME_SCHEMA = object_schema(
     {
         "id": {"type": "string"},
         "status": STATUS_SCHEMA,
@@ -297,7 +147,7 @@ class ForkOutcome:
     seed_length: int
 
 
-FORK_OUTCOME_SCHEMA = _object(
+FORK_OUTCOME_SCHEMA = object_schema(
     {
         "id": {"type": "string"},
         "status": STATUS_SCHEMA,
@@ -334,14 +184,14 @@ class TurnOutcome:
     usage: Usage
 
 
-TURN_OUTCOME_SCHEMA = _object(
+TURN_OUTCOME_SCHEMA = object_schema(
     {
         "id": {"type": "string"},
-        "turn": _nullable({"type": "integer", "minimum": 1}),
+        "turn": nullable({"type": "integer", "minimum": 1}),
         "reason": {"enum": list(TURN_REASONS)},
         "text": {"type": "string"},
-        "message": _nullable({"type": "string"}),
-        "code": _nullable({"type": "string"}),
+        "message": nullable({"type": "string"}),
+        "code": nullable({"type": "string"}),
         "steps": {"type": "integer", "minimum": 0},
         "usage": USAGE_SCHEMA,
     },
@@ -364,16 +214,16 @@ class SessionSummary:
     problem: str | None = None
 
 
-SESSION_SUMMARY_SCHEMA = _object(
+SESSION_SUMMARY_SCHEMA = object_schema(
     {
         "id": {"type": "string"},
         "status": STATUS_SCHEMA,
         "live": {"type": "boolean"},
-        "created_at": _nullable({"type": "integer"}),
-        "parent_session": _nullable({"type": "string"}),
-        "seed_length": _nullable({"type": "integer"}),
+        "created_at": nullable({"type": "integer"}),
+        "parent_session": nullable({"type": "string"}),
+        "seed_length": nullable({"type": "integer"}),
         "labels": {"type": "object"},
-        "problem": _nullable({"type": "string"}),
+        "problem": nullable({"type": "string"}),
     },
     ("id", "status", "live", "created_at", "parent_session", "seed_length", "labels", "problem"),
 )
@@ -387,10 +237,10 @@ class SessionPage:
     next_cursor: str | None
 
 
-SESSION_PAGE_SCHEMA = _object(
+SESSION_PAGE_SCHEMA = object_schema(
     {
         "sessions": {"type": "array", "items": SESSION_SUMMARY_SCHEMA},
-        "next_cursor": _nullable({"type": "string"}),
+        "next_cursor": nullable({"type": "string"}),
     },
     ("sessions", "next_cursor"),
 )
@@ -408,14 +258,14 @@ class UsageReport:
     cached_fraction: float | None
 
 
-USAGE_REPORT_SCHEMA = _object(
+USAGE_REPORT_SCHEMA = object_schema(
     {
         "model": USAGE_SCHEMA,
         "compaction": USAGE_SCHEMA,
         "total": USAGE_SCHEMA,
         "model_calls": {"type": "integer", "minimum": 0},
         "compaction_calls": {"type": "integer", "minimum": 0},
-        "cached_fraction": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
+        "cached_fraction": nullable({"type": "number", "minimum": 0, "maximum": 1}),
     },
     ("model", "compaction", "total", "model_calls", "compaction_calls", "cached_fraction"),
 )
@@ -448,25 +298,25 @@ class SessionDetail:
     usage: UsageReport
 
 
-SESSION_DETAIL_SCHEMA = _object(
+SESSION_DETAIL_SCHEMA = object_schema(
     {
         "id": {"type": "string"},
         "status": STATUS_SCHEMA,
         "live": {"type": "boolean"},
-        "profile": _nullable({"type": "string"}),
+        "profile": nullable({"type": "string"}),
         "created_at": {"type": "integer"},
-        "lineage": _object(
+        "lineage": object_schema(
             {
-                "parent_session": _nullable({"type": "string"}),
-                "seed_length": _nullable({"type": "integer"}),
+                "parent_session": nullable({"type": "string"}),
+                "seed_length": nullable({"type": "integer"}),
             },
             ("parent_session", "seed_length"),
         ),
         "labels": {"type": "object"},
         "events": {"type": "integer", "minimum": 0},
         "turns": {"type": "integer", "minimum": 0},
-        "open_turn": _nullable({"type": "integer"}),
-        "header": _nullable({"type": "object"}),
+        "open_turn": nullable({"type": "integer"}),
+        "header": nullable({"type": "object"}),
         "usage": USAGE_REPORT_SCHEMA,
     },
     (
@@ -518,7 +368,7 @@ class RequestDetail:
     verified: bool
 
 
-REQUEST_DETAIL_SCHEMA = _object(
+REQUEST_DETAIL_SCHEMA = object_schema(
     {
         "session_id": {"type": "string"},
         "seq": {"type": "integer", "minimum": 0},
@@ -527,13 +377,13 @@ REQUEST_DETAIL_SCHEMA = _object(
         "step_start_seq": {"type": "integer", "minimum": 0},
         "snapshot_seq": {"type": "integer", "minimum": 0},
         "header_seq": {"type": "integer", "minimum": 0},
-        "system": _nullable({"type": "string"}),
+        "system": nullable({"type": "string"}),
         "prefix": {"type": "array", "items": {"type": "object"}},
         "history": {"type": "array", "items": {"type": "object"}},
         "tools": {"type": "array", "items": {"type": "object"}},
         "config": {"type": "object"},
-        "digest": _object(
-            {"recorded": _nullable({"type": "string"}), "rebuilt": {"type": "string"}},
+        "digest": object_schema(
+            {"recorded": nullable({"type": "string"}), "rebuilt": {"type": "string"}},
             ("recorded", "rebuilt"),
         ),
         "verified": {"type": "boolean"},
@@ -571,7 +421,7 @@ class VerifyOutcome:
     problem: str | None = None
 
 
-VERIFY_OUTCOME_SCHEMA = _object(
+VERIFY_OUTCOME_SCHEMA = object_schema(
     {
         "session_id": {"type": "string"},
         "ok": {"type": "boolean"},
@@ -579,8 +429,8 @@ VERIFY_OUTCOME_SCHEMA = _object(
         "turns": {"type": "integer", "minimum": 0},
         "requests_checked": {"type": "integer", "minimum": 0},
         "requests_without_digest": {"type": "integer", "minimum": 0},
-        "failed_seq": _nullable({"type": "integer"}),
-        "problem": _nullable({"type": "string"}),
+        "failed_seq": nullable({"type": "integer"}),
+        "problem": nullable({"type": "string"}),
     },
     (
         "session_id",
@@ -614,16 +464,16 @@ class ProfileList:
     profiles: tuple[ProfileInfo, ...]
 
 
-PROFILE_LIST_SCHEMA = _object(
+PROFILE_LIST_SCHEMA = object_schema(
     {
         "profiles": {
             "type": "array",
-            "items": _object(
+            "items": object_schema(
                 {
                     "name": {"type": "string"},
                     "description": {"type": "string"},
                     "model": {"type": "string"},
-                    "provider": _nullable({"type": "string"}),
+                    "provider": nullable({"type": "string"}),
                     "tools": {"type": "array", "items": {"type": "string"}},
                     "default": {"type": "boolean"},
                 },
@@ -644,7 +494,7 @@ class Health:
     open_streams: int
 
 
-HEALTH_SCHEMA = _object(
+HEALTH_SCHEMA = object_schema(
     {
         "status": {"enum": ["ok", "draining"]},
         "live_agents": {"type": "integer", "minimum": 0},
@@ -669,9 +519,9 @@ class ErrorBody:
     error: ErrorDetail
 
 
-ERROR_SCHEMA = _object(
+ERROR_SCHEMA = object_schema(
     {
-        "error": _object(
+        "error": object_schema(
             {
                 "code": {"enum": sorted(str(code) for code in ErrorCode)},
                 "message": {"type": "string"},
@@ -698,52 +548,10 @@ def _plain_converter() -> cattrs.Converter:
     return converter
 
 
-_plain = _plain_converter()
-
-
-@frozen
-class BodySchema:
-    """A request class with the JSON Schema its body is validated against."""
-
-    cls: type
-    schema: JsonObject
-    validator: Draft202012Validator = field(init=False, eq=False)
-
-    def __attrs_post_init__(self) -> None:
-        Draft202012Validator.check_schema(self.schema)
-        object.__setattr__(self, "validator", Draft202012Validator(self.schema))
-
-
-BODIES: dict[type, BodySchema] = {
-    cls: BodySchema(cls, schema)
-    for cls, schema in (
-        (CreateSession, CREATE_SESSION_SCHEMA),
-        (SendMessage, SEND_MESSAGE_SCHEMA),
-        (Steer, STEER_SCHEMA),
-        (Inject, INJECT_SCHEMA),
-        (Cancel, CANCEL_SCHEMA),
-        (Fork, FORK_SCHEMA),
-        (Resume, RESUME_SCHEMA),
-    )
-}
-
-
-def parse_body(raw: bytes, cls: type[T]) -> T:
-    """The request `cls` from a JSON body: INVALID_JSON if it does not parse, else
-    VALIDATION_FAILED naming the first place it breaks the schema. An empty body is `{}`;
-    one of whitespace only is not JSON (INVALID_JSON)."""
-    try:
-        value = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestBody(f"the body is not JSON: {exc}", ErrorCode.INVALID_JSON) from exc
-    error = best_match(BODIES[cls].validator.iter_errors(value))
-    if error is not None:
-        message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
-        raise InvalidRequestBody(f"{error.json_path}: {message}", ErrorCode.VALIDATION_FAILED)
-    structured: T = _plain.structure(value, cls)
-    return structured
+plain = _plain_converter()
+"""The converter between the shapes and plain JSON values."""
 
 
 def to_json(value: object) -> bytes:
     """A response value as JSON bytes (every field present; null for none)."""
-    return orjson.dumps(_plain.unstructure(value))
+    return orjson.dumps(plain.unstructure(value))

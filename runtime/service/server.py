@@ -14,12 +14,17 @@ from typing import TYPE_CHECKING
 import trio
 from attrs import frozen
 from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 from starlette.routing import BaseRoute
 
 from ..host.runtime import Runtime
-from .app import DEFAULT_MAX_BODY_BYTES, create_app
+from .app import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_MESSAGE_CHARS,
+    create_app,
+)
 from .auth import check_bind
+from .connections import ConnectionWrapper, serve_connections
 from .idempotency import DEFAULT_TTL_S, IdempotencyKeys
 from .profiles import AppConfig
 from .schemas import TurnOutcome
@@ -30,11 +35,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("actorloop.serve")
 
+ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(b)s'
+"""One access log line: client address, request line, status, body size."""
+
 
 @frozen
 class ServeSettings:
     """How to serve: where to listen, the store, the API token (None: no auth, loopback
-    only), the drain's grace period, the body limit, and the runtime's dev invariants."""
+    only), the drain's grace period, the body limit, the runtime's dev invariants, whether
+    HTTP/2 is on, how long a request body may take to arrive, and the host names a
+    tokenless server answers besides the loopback ones, and the largest message."""
 
     host: str = "127.0.0.1"
     port: int = 8765
@@ -45,6 +55,10 @@ class ServeSettings:
     dev_invariants: bool = False
     access_log: bool = False
     idempotency_ttl_seconds: float = DEFAULT_TTL_S
+    http2: bool = False
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_S
+    allowed_hosts: tuple[str, ...] = ()
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
 
     @property
     def bind(self) -> str:
@@ -91,6 +105,8 @@ def hypercorn_config(settings: ServeSettings) -> Config:
     config.bind = [settings.bind]
     config.errorlog = logging.getLogger("actorloop.http")
     config.accesslog = logging.getLogger("actorloop.http.access") if settings.access_log else None
+    # The client, request line, status and size: no header (User-Agent, Referer) is logged.
+    config.access_log_format = ACCESS_LOG_FORMAT
     config.graceful_timeout = settings.grace_seconds + 10.0
     return config
 
@@ -101,11 +117,13 @@ async def serve(
     control: ServerControl,
     *,
     routes: Sequence[BaseRoute] = (),
+    wrap_connection: ConnectionWrapper | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the runtime and the service, listen, and report the URL through `task_status`;
     when `control.drain()` is called, drain and return (the runtime then closes: every
-    agent disposed, the store flushed and closed). `routes` are served after the API's."""
+    agent disposed, the store flushed and closed). `routes` are served after the API's;
+    `wrap_connection` wraps the handler of every connection (tests inject failures)."""
     check_bind(settings.host, settings.token)
     async with Runtime.open(
         store=settings.store,
@@ -128,14 +146,18 @@ async def serve(
                 max_body_bytes=settings.max_body_bytes,
                 routes=routes,
                 gate=None if router is None else router.gate,
+                http2=settings.http2,
+                body_timeout_seconds=settings.body_timeout_seconds,
+                allowed_hosts=settings.allowed_hosts,
+                max_message_chars=settings.max_message_chars,
             )
             binds = await nursery.start(
                 partial(
-                    hypercorn_serve,
-                    app,  # type: ignore[arg-type]
+                    serve_connections,
+                    app,
                     hypercorn_config(settings),
                     shutdown_trigger=service.drain.stop_listening.wait,
-                    mode="asgi",
+                    wrap=wrap_connection,
                 )
             )
             task_status.started(binds[0])

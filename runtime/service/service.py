@@ -5,7 +5,7 @@ profile, resume on demand, one run per session, idempotency keys, and the drain
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,52 +15,45 @@ from attrs import evolve
 from ...codecs.converter import unstructure
 from ..control.handle import Agent
 from ..control.options import AgentOptions
-from ..errors import (
-    AgentBusy,
-    InvalidRequestBody,
-    SessionBusy,
-    SessionExists,
-    SessionNotFound,
-    UnknownProfile,
-    VerificationFailed,
-)
+from ..errors import AgentBusy, SessionBusy, SessionExists, SessionNotFound, VerificationFailed
 from ..host.runtime import Runtime
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
-from ..log.usage import session_usage, usage_of
+from ..log.usage import session_usage
 from ..log.verify import verify_log
-from ..model.chunks import TokenUsage
-from ..model.events import AssistantMessage, SessionEvent, StepStart, TurnEnd, TurnStart
 from ..model.hook_values import TurnResult
 from ..model.messages import Content
 from ..model.meta import DamagedSession
 from ..stores.ids import check_session_id
 from ..stores.loading import load_session
+from .bodies import (
+    Cancel,
+    CreateSession,
+    Fork,
+    Inject,
+    Resume,
+    SendMessage,
+)
 from .drain import Drain
+from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
+from .outcomes import outcome_from_log, turn_outcome, usage_json
 from .profiles import PROFILE_LABEL, ProfileRegistry
 from .runs import Ticket, TurnLine
 from .schemas import (
-    Cancel,
     CancelOutcome,
-    CreateSession,
-    Fork,
     ForkOutcome,
     Health,
-    Inject,
     Lineage,
     ProfileInfo,
     ProfileList,
-    Resume,
     ResumeOutcome,
-    SendMessage,
     SessionDetail,
     SessionPage,
     SessionState,
     SessionStatus,
     SessionSummary,
     TurnOutcome,
-    Usage,
     UsageReport,
     VerifyOutcome,
 )
@@ -69,59 +62,6 @@ log = logging.getLogger("actorloop.service")
 
 SHUTDOWN_REASON = "server shutting down"
 MAX_PAGE = 1000
-
-
-def usage_json(usage: TokenUsage) -> Usage:
-    """`TokenUsage` with every bucket present."""
-    return Usage(usage.input, usage.output, usage.cache_read, usage.cache_write, usage.reasoning)
-
-
-def turn_outcome(session_id: str, result: TurnResult) -> TurnOutcome:
-    """The response shape of a `TurnResult`."""
-    return TurnOutcome(
-        id=session_id,
-        turn=result.turn,
-        reason=result.reason,
-        text=result.text,
-        message=result.message,
-        code=result.code,
-        steps=result.steps,
-        usage=usage_json(result.usage),
-    )
-
-
-def outcome_from_log(session_id: str, events: Sequence[SessionEvent]) -> TurnOutcome:
-    """The outcome of the first turn that starts in `events` (what its `TurnResult` said),
-    or `discarded` if none started: used when the caller that awaited the turn was
-    cancelled, so the idempotency key still answers with what happened."""
-    start = next((i for i, e in enumerate(events) if isinstance(e.data, TurnStart)), None)
-    if start is None:
-        return turn_outcome(session_id, TurnResult(None, "discarded"))
-    turn = events[start].data
-    assert isinstance(turn, TurnStart)
-    span: list[SessionEvent] = []
-    end: TurnEnd | None = None
-    for event in events[start:]:
-        span.append(event)
-        if isinstance(event.data, TurnEnd) and event.data.turn == turn.turn:
-            end = event.data
-            break
-    reply = next(
-        (e.data for e in reversed(span) if isinstance(e.data, AssistantMessage) and e.data.content),
-        None,
-    )
-    text = "".join(getattr(block, "text", "") for block in reply.content) if reply else ""
-    reason = end.reason if end is not None else None
-    return TurnOutcome(
-        id=session_id,
-        turn=turn.turn,
-        reason=reason.kind if reason is not None else "aborted",
-        text=text,
-        message=(reason.message or reason.reason) if reason is not None else None,
-        code=reason.code if reason is not None else None,
-        steps=sum(1 for e in span if isinstance(e.data, StepStart)),
-        usage=usage_json(usage_of(span).total),
-    )
 
 
 class SessionService:
@@ -285,19 +225,30 @@ class SessionService:
         agent = self.runtime.get(session_id)
         if agent is not None:
             return agent
+        async with self._one_at_a_time(session_id):
+            agent = self.runtime.get(session_id)
+            if agent is not None:
+                return agent
+            self.drain.refuse()
+            if profile is None:
+                name, changes = await self._stored_profile(session_id)
+            else:
+                name, changes = self.profiles.get(profile).name, {}
+            agent = await self.runtime.resume(session_id, self._options_for(name, changes))
+            return self._attach(agent, name)
+
+    @asynccontextmanager
+    async def _one_at_a_time(self, session_id: str | None) -> AsyncIterator[None]:
+        """Resume, create and fork-into one session id one request at a time: a second
+        concurrent create sees the first's session (SESSION_ALREADY_EXISTS), not its lease
+        (SESSION_BUSY). None (an id the runtime picks) needs no turn."""
+        if session_id is None:
+            yield
+            return
         lock = self._resuming.setdefault(session_id, trio.Lock())
         try:
             async with lock:
-                agent = self.runtime.get(session_id)
-                if agent is not None:
-                    return agent
-                self.drain.refuse()
-                if profile is None:
-                    name, changes = await self._stored_profile(session_id)
-                else:
-                    name, changes = self.profiles.get(profile).name, {}
-                agent = await self.runtime.resume(session_id, self._options_for(name, changes))
-                return self._attach(agent, name)
+                yield
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._resuming.pop(session_id, None)
@@ -309,13 +260,14 @@ class SessionService:
         self.drain.refuse()
         profile = self.profiles.get(request.profile).name
         options = self._options_for(profile, request.options.changes())
-        try:
-            agent = await self.runtime.spawn(options, session_id=request.session_id)
-        except SessionBusy:
-            if request.session_id is not None and self.runtime.get(request.session_id):
-                raise SessionExists(request.session_id) from None
-            raise
-        self._attach(agent, profile)
+        async with self._one_at_a_time(request.session_id):
+            try:
+                agent = await self.runtime.spawn(options, session_id=request.session_id)
+            except SessionBusy:
+                if request.session_id is not None and self.runtime.get(request.session_id):
+                    raise SessionExists(request.session_id) from None
+                raise
+            self._attach(agent, profile)
         return SessionState(agent.id, agent.status)
 
     async def list(self, limit: int = 100, cursor: str | None = None) -> SessionPage:
@@ -523,8 +475,9 @@ class SessionService:
         else:
             profile, changes = await self._stored_profile(session_id)
             options = self._options_for(profile, changes)
-        child = await self.runtime.fork(session_id, request.boundary, request.child_id, options)
-        self._attach(child, profile)
+        async with self._one_at_a_time(request.child_id):
+            child = await self.runtime.fork(session_id, request.boundary, request.child_id, options)
+            self._attach(child, profile)
         meta = child.session.meta
         assert meta.parent_session is not None and meta.seed_length is not None
         return ForkOutcome(child.id, child.status, meta.parent_session, meta.seed_length)

@@ -113,13 +113,23 @@ class Running:
 
 @asynccontextmanager
 async def running_server(
-    app_config: AppConfig, *, store: str = "memory:", routes: Any = (), **settings: Any
+    app_config: AppConfig,
+    *,
+    store: str = "memory:",
+    routes: Any = (),
+    wrap_connection: Any = None,
+    **settings: Any,
 ) -> AsyncIterator[Running]:
-    """A real server on 127.0.0.1 (port 0) in this trio run; drained when the block ends."""
+    """A real server on 127.0.0.1 (port 0) in this trio run; drained when the block ends.
+    `wrap_connection` wraps every connection's handler (to inject a failure)."""
     control = ServerControl()
     config = ServeSettings(host="127.0.0.1", port=0, store=store, **settings)
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(partial(serve, config, app_config, control, routes=routes))
+        url = await nursery.start(
+            partial(
+                serve, config, app_config, control, routes=routes, wrap_connection=wrap_connection
+            )
+        )
         assert control.service is not None
         try:
             yield Running(url, control, control.service)
@@ -240,3 +250,108 @@ def server_process(
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.communicate(timeout=30)
+
+
+# ---------------------------------------------------------------------- HTTP/2 by hand
+
+
+@frozen
+class H2Answer:
+    """What one HTTP/2 stream answered: its status, headers and body (status 0: the stream
+    was reset or the connection closed before an answer)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+async def h2c_upgrade(
+    url: str, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes = b""
+) -> tuple[H2Answer, H2Answer]:
+    """An HTTP/1.1 `GET /healthz` with `Upgrade: h2c` on a fresh connection, then — once
+    the server switched to HTTP/2 — `method path` with `body` on the next stream (the body
+    sent as the flow-control windows allow, until the server answered or reset it). Returns
+    both answers; the socket is closed afterwards."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    authority = url.split("://", 1)[1].rstrip("/")
+    host, _, port = authority.rpartition(":")
+    stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    settings = connection.initiate_upgrade_connection()
+    assert isinstance(settings, bytes)
+    await stream.send_all(
+        b"GET /healthz HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+        b"Upgrade: h2c\r\nHTTP2-Settings: %s\r\n\r\n" % (authority.encode(), settings)
+    )
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = await stream.receive_some(65536)
+        assert chunk, f"closed before switching: {received!r}"
+        received += chunk
+    head, _, rest = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    answers: dict[int, dict[str, Any]] = {1: {"status": 0, "headers": {}, "body": b""}}
+    done: set[int] = set()
+    request = connection.get_next_available_stream_id()
+    answers[request] = {"status": 0, "headers": {}, "body": b""}
+    fields = [
+        (":method", method),
+        (":path", path),
+        (":scheme", "http"),
+        (":authority", authority),
+        *((name.lower(), value) for name, value in (headers or {}).items()),
+    ]
+    connection.send_headers(request, fields, end_stream=not body)
+    remaining = body
+
+    def take(events: list[Any]) -> None:
+        for event in events:
+            sid = getattr(event, "stream_id", None)
+            if isinstance(event, h2.events.ResponseReceived):
+                for name, value in event.headers:
+                    name = name.decode() if isinstance(name, bytes) else name
+                    value = value.decode() if isinstance(value, bytes) else value
+                    if name == ":status":
+                        answers[sid]["status"] = int(value)
+                    else:
+                        answers[sid]["headers"][name] = value
+            elif isinstance(event, h2.events.DataReceived):
+                answers[sid]["body"] += event.data
+                connection.acknowledge_received_data(event.flow_controlled_length, sid)
+            elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                done.add(sid)
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                done.update(answers)
+
+    take(connection.receive_data(rest))
+    try:
+        while not {1, request} <= done:
+            if remaining and request not in done:
+                window = min(
+                    connection.local_flow_control_window(request),
+                    connection.max_outbound_frame_size,
+                )
+                if window > 0:
+                    connection.send_data(
+                        request, remaining[:window], end_stream=len(remaining) <= window
+                    )
+                    remaining = remaining[window:]
+            await stream.send_all(connection.data_to_send())
+            if remaining and request not in done and connection.local_flow_control_window(request):
+                continue
+            data = await stream.receive_some(65536)
+            if not data:
+                break
+            take(connection.receive_data(data))
+    finally:
+        await stream.aclose()
+    return tuple(  # type: ignore[return-value]
+        H2Answer(answer["status"], answer["headers"], answer["body"])
+        for answer in (answers[1], answers[request])
+    )

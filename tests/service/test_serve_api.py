@@ -29,6 +29,8 @@ from actorloop.runtime import AgentOptions
 from actorloop.runtime.model.events import AssistantMessage
 from actorloop.runtime.testing import EchoProvider
 
+JSON = {"content-type": "application/json"}
+
 
 def error_of(response: httpx.Response) -> str:
     body = response.json()
@@ -227,8 +229,8 @@ async def test_errors_are_typed_with_fitting_statuses() -> None:
                 422,
                 "PROVIDER_NOT_CONFIGURED",
             ),
-            (client.post("/v1/sessions", content=b"{not json"), 400, "INVALID_JSON"),
-            (client.post("/v1/sessions", content=b"[" * 5000), 413, "BODY_TOO_LARGE"),
+            (client.post("/v1/sessions", content=b"{not json", headers=JSON), 400, "INVALID_JSON"),
+            (client.post("/v1/sessions", content=b"[" * 5000, headers=JSON), 413, "BODY_TOO_LARGE"),
             (client.post("/v1/sessions/e1/messages", json={}), 422, "VALIDATION_FAILED"),
             (
                 client.post("/v1/sessions/zz/messages", json={"content": "x"}),

@@ -1,5 +1,6 @@
 """A property-based pass over /openapi.json (schemathesis, on hypothesis): against a real
-`actorloop serve` process with auth on, every generated request — valid and invalid, to
+`actorloop serve` process with auth on, and one without a token (loopback, where the host
+and cross-site checks are on), every generated request — valid and invalid, to
 unknown sessions and to a real one with turns in it — gets a documented status with a body
 matching its documented schema, invalid data is refused with a 4xx, and nothing is a 500."""
 
@@ -37,12 +38,15 @@ CHECKS = [
 SEEDED = "fuzz"
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=[True, False], ids=["token", "tokenless"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, bool]]:
+    auth: bool = request.param
     tmp_path: Path = tmp_path_factory.mktemp("fuzz")
     server = ServerProcess(
         ["--store", f"sqlite:{tmp_path}/fuzz.db", "--max-body-bytes", "65536"],
-        child_env(ACTORLOOP_API_TOKEN=TOKEN),
+        child_env(ACTORLOOP_API_TOKEN=TOKEN) if auth else child_env(),
         tmp_path,
     )
     try:
@@ -51,17 +55,18 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             for text in ("hello", "call:lookup the wiki"):
                 sent = client.post(f"/v1/sessions/{SEEDED}/messages", json={"content": text})
                 assert sent.status_code == 200
-        yield server
+        yield server, auth
     finally:
         code, _out, err = server.terminate()
         assert code == 0, err
         assert "Traceback" not in err, err
 
 
-DOCUMENT = openapi_document(auth=True)
-SCHEMA = schemathesis.openapi.from_dict(DOCUMENT)
+DOCUMENTS = {auth: openapi_document(auth=auth) for auth in (True, False)}
+SCHEMAS = {auth: schemathesis.openapi.from_dict(document) for auth, document in DOCUMENTS.items()}
 # Every request carries the token: a case whose only fault is a missing one would be valid.
-SCHEMA.config.generation.update(with_security_parameters=False)
+SCHEMAS[True].config.generation.update(with_security_parameters=False)
+DOCUMENT = DOCUMENTS[True]
 OPERATIONS = [(path, method.upper()) for path, item in DOCUMENT["paths"].items() for method in item]
 # An operation with nothing to get wrong (no parameter, no body) has no invalid request.
 CASES = [
@@ -74,17 +79,21 @@ CASES = [
 EXAMPLES = 25
 
 
-def test_the_server_serves_the_document_the_fuzz_reads(served: ServerProcess) -> None:
-    assert httpx.get(f"{served.url}/openapi.json").json() == DOCUMENT
+def test_the_server_serves_the_document_the_fuzz_reads(
+    served: tuple[ServerProcess, bool],
+) -> None:
+    server, auth = served
+    assert httpx.get(f"{server.url}/openapi.json").json() == DOCUMENTS[auth]
 
 
 @pytest.mark.parametrize(
     ("path", "method", "mode"), CASES, ids=[f"{m} {p} {mode.value}" for p, m, mode in CASES]
 )
 def test_every_response_is_documented_and_none_is_a_500(
-    served: ServerProcess, path: str, method: str, mode: GenerationMode
+    served: tuple[ServerProcess, bool], path: str, method: str, mode: GenerationMode
 ) -> None:
-    operation = SCHEMA[path][method]
+    server, auth = served
+    operation = SCHEMAS[auth][path][method]
     cases = itertools.count()
 
     @given(case=operation.as_strategy(generation_mode=mode))
@@ -105,6 +114,6 @@ def test_every_response_is_documented_and_none_is_a_500(
             case.path_parameters["id"] = SEEDED
         if path.endswith("/events"):
             case.query = {**(case.query or {}), "follow": "false"}  # a followed stream never ends
-        case.call_and_validate(base_url=served.url, headers=AUTH, checks=CHECKS, timeout=60)
+        case.call_and_validate(base_url=server.url, headers=AUTH, checks=CHECKS, timeout=60)
 
     exchange()

@@ -19,9 +19,9 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ...cli.render import now_ms
-from ...errors import ErrorCode, InvalidRequestBody
+from ...errors import ErrorCode
 from ...stores.ids import check_session_id
-from ..errors import HttpError, http_error
+from ..errors import HttpError, InvalidRequestBody, http_error
 from ..service import SessionService
 from . import views
 from .listing import parse_query

@@ -1,0 +1,259 @@
+"""The API's handlers: one method per route of the table in `endpoints`, each mapping one
+request onto the `SessionService` (bodies and query parameters in, JSON or Server-Sent
+Events out), and the small pieces they share."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import trio
+from sse_starlette import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from ...codecs.converter import encode_event, unstructure
+from ..errors import ErrorCode
+from ..log.rebuild import RebuiltRequest
+from ..model.events import SessionEvent
+from ..model.messages import Content, Text
+from .bodies import Cancel, CreateSession, Fork, Inject, Resume, SendMessage, Steer, parse_body
+from .errors import InvalidRequestBody
+from .schemas import Digests, RequestDetail, to_json
+from .service import SessionService
+from .stream import produce_events
+
+MAX_SEQ = 9_007_199_254_740_991
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _NoAnswer(Response):
+    """What a request whose client went away gets: nothing is sent (the connection is
+    closing; writing to it would race its close)."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=499)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        return None
+
+
+NO_ANSWER = _NoAnswer()
+
+
+def json_response(value: object, status: int = 200) -> Response:
+    """A response shape (`schemas`) as JSON."""
+    return Response(to_json(value), status, media_type="application/json")
+
+
+def _int_param(name: str, raw: str | None, default: int, low: int) -> int:
+    if raw is None:
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise InvalidRequestBody(f"{name} must be an integer, got {raw[:40]!r}") from None
+    if not low <= value <= MAX_SEQ:
+        raise InvalidRequestBody(f"{name} must be in {low}..{MAX_SEQ}, got {value}")
+    return value
+
+
+def _bool_param(raw: str | None, name: str, default: bool) -> bool:
+    if raw is None:
+        return default
+    if raw not in ("true", "false"):
+        raise InvalidRequestBody(f"{name} must be true or false, got {raw[:40]!r}")
+    return raw == "true"
+
+
+async def _until_disconnected(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _unless_disconnected(request: Request, work: Callable[[], Awaitable[Any]]) -> Any:
+    """Run `work` as the request's caller: a client that disconnects cancels it (and, for a
+    send, its turn only: caller cancellation). None when the client went away."""
+    result: Any = None
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            await _until_disconnected(request.receive)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        result = await work()
+        nursery.cancel_scope.cancel()
+    return result
+
+
+def check_message(content: Content, limit: int) -> None:
+    """Refuse a message above `limit` characters (413 MESSAGE_TOO_LARGE) before it reaches
+    the log, where it would be part of every later request of the session."""
+    size = sum(len(block.text) for block in content if isinstance(block, Text))
+    if size > limit:
+        raise InvalidRequestBody(
+            f"the message has {size} characters; this server takes at most {limit} per "
+            "message (serve --max-message-chars)",
+            ErrorCode.MESSAGE_TOO_LARGE,
+        )
+
+
+def request_detail(rebuilt: RebuiltRequest) -> RequestDetail:
+    """The response shape of a rebuilt request (parts in the log's codec JSON)."""
+    return RequestDetail(
+        session_id=rebuilt.session_id,
+        seq=rebuilt.seq,
+        turn=rebuilt.turn,
+        step=rebuilt.step,
+        step_start_seq=rebuilt.step_start_seq,
+        snapshot_seq=rebuilt.snapshot_seq,
+        header_seq=rebuilt.header_seq,
+        system=rebuilt.system,
+        prefix=[unstructure(message) for message in rebuilt.prefix],
+        history=[unstructure(message) for message in rebuilt.history],
+        tools=[unstructure(tool) for tool in rebuilt.tools],
+        config=unstructure(rebuilt.config),
+        digest=Digests(rebuilt.recorded_digest, rebuilt.digest),
+        verified=rebuilt.verified,
+    )
+
+
+def sse_frame(event: SessionEvent) -> bytes:
+    """One Server-Sent Event: `id: <seq>`, `event: <type>`, `data: <codec JSON>`."""
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (
+        event.seq,
+        event.type.encode(),
+        encode_event(event),
+    )
+
+
+class Handlers:
+    """The handlers over one service, with the limits they apply: the largest message,
+    the SSE keep-alive interval, and the OpenAPI document they serve."""
+
+    def __init__(
+        self,
+        service: SessionService,
+        *,
+        openapi: bytes,
+        max_message_chars: int,
+        ping_seconds: float,
+    ) -> None:
+        self.service = service
+        self.openapi = openapi
+        self.max_message_chars = max_message_chars
+        self.ping_seconds = ping_seconds
+
+    async def health(self, _request: Request) -> Response:
+        """Liveness; 503 while draining."""
+        state = self.service.health()
+        return json_response(state, 503 if state.status == "draining" else 200)
+
+    async def openapi_json(self, _request: Request) -> Response:
+        """The OpenAPI document."""
+        return Response(self.openapi, media_type="application/json")
+
+    async def profiles(self, _request: Request) -> Response:
+        """The agent profiles."""
+        return json_response(self.service.profile_list())
+
+    async def create_session(self, request: Request) -> Response:
+        """Spawn an agent on a new session."""
+        body = parse_body(await request.body(), CreateSession)
+        return json_response(await self.service.create(body), 201)
+
+    async def list_sessions(self, request: Request) -> Response:
+        """A page of stored sessions."""
+        limit = _int_param("limit", request.query_params.get("limit"), 100, 1)
+        cursor = request.query_params.get("cursor")
+        if cursor is not None and not 1 <= len(cursor) <= 128:
+            raise InvalidRequestBody(f"cursor must be 1..128 characters, got {len(cursor)}")
+        return json_response(await self.service.list(limit, cursor))
+
+    async def get_session(self, request: Request) -> Response:
+        """One session."""
+        return json_response(await self.service.detail(request.path_params["id"]))
+
+    async def dispose_session(self, request: Request) -> Response:
+        """Dispose the live agent."""
+        return json_response(await self.service.dispose(request.path_params["id"]))
+
+    async def send_message(self, request: Request) -> Response:
+        """One turn."""
+        session_id = request.path_params["id"]
+        body = parse_body(await request.body(), SendMessage)
+        check_message(body.content, self.max_message_chars)
+        if not body.wait:
+            return json_response(await self.service.send(session_id, body), 202)
+        outcome = await _unless_disconnected(request, partial(self.service.send, session_id, body))
+        if outcome is None:
+            return NO_ANSWER
+        return json_response(outcome, 200)
+
+    async def steer(self, request: Request) -> Response:
+        """Steer the running turn."""
+        body = parse_body(await request.body(), Steer)
+        check_message(body.content, self.max_message_chars)
+        return json_response(await self.service.steer(request.path_params["id"], body.content), 202)
+
+    async def inject(self, request: Request) -> Response:
+        """Inject context."""
+        body = parse_body(await request.body(), Inject)
+        check_message(body.content, self.max_message_chars)
+        return json_response(await self.service.inject(request.path_params["id"], body), 202)
+
+    async def cancel(self, request: Request) -> Response:
+        """Cancel the running turn."""
+        body = parse_body(await request.body(), Cancel)
+        return json_response(await self.service.cancel(request.path_params["id"], body))
+
+    async def fork(self, request: Request) -> Response:
+        """Fork the session."""
+        body = parse_body(await request.body(), Fork)
+        return json_response(await self.service.fork(request.path_params["id"], body), 201)
+
+    async def resume(self, request: Request) -> Response:
+        """Resume the session."""
+        body = parse_body(await request.body(), Resume)
+        return json_response(await self.service.resume(request.path_params["id"], body))
+
+    async def events(self, request: Request) -> Response:
+        """The session's events as Server-Sent Events."""
+        session_id = request.path_params["id"]
+        after = _int_param("after", request.query_params.get("after"), -1, -1)
+        last_event_id = request.headers.get("last-event-id")
+        if last_event_id is not None:
+            after = _int_param("Last-Event-ID", last_event_id.strip(), -1, 0)
+        follow = _bool_param(request.query_params.get("follow"), "follow", True)
+        await self.service.require(session_id)
+        out, source = trio.open_memory_channel[SessionEvent](0)
+
+        async def frames() -> Any:
+            async with source:
+                async for event in source:
+                    yield sse_frame(event)
+
+        return EventSourceResponse(
+            frames(),
+            data_sender_callable=partial(
+                produce_events, self.service, session_id, after, follow, out
+            ),
+            ping=self.ping_seconds,
+            sep="\n",
+        )
+
+    async def rebuilt_request(self, request: Request) -> Response:
+        """The exact request behind one model answer."""
+        seq = _int_param("seq", request.path_params["seq"], 0, 0)
+        rebuilt = await self.service.rebuilt_request(request.path_params["id"], seq)
+        return json_response(request_detail(rebuilt))
+
+    async def verify(self, request: Request) -> Response:
+        """Verify the session's log."""
+        return json_response(await self.service.verify(request.path_params["id"]))

@@ -1,0 +1,68 @@
+"""HTTP/2 on the cleartext port: Hypercorn always takes it (prior knowledge or an h2c
+upgrade), so the app refuses it with 505 unless `serve --http2`; when on, an answer given
+before the request body was read (401, 413, 405, ...) first drains that body, since
+Hypercorn's HTTP/2 stream breaks on body data for a stream that already answered."""
+
+from __future__ import annotations
+
+import trio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import ErrorCode
+from .errors import error_response
+
+
+class _BodyReader:
+    """A request's `receive` that remembers whether the body ended (or the client left)."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.ended = False
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" or (
+            message["type"] == "http.request" and not message.get("more_body", False)
+        ):
+            self.ended = True
+        return message
+
+    async def drain(self, seconds: float) -> None:
+        """Read and drop the rest of the body, for at most `seconds`."""
+        with trio.move_on_after(seconds):
+            while not self.ended:
+                await self.receive()
+
+
+class Http2Policy:
+    """ASGI middleware: HTTP/2 requests get 505 HTTP_VERSION_NOT_SUPPORTED unless `enabled`;
+    when enabled, the last message of every HTTP/2 answer waits until the request body was
+    read to its end (at most `drain_timeout` seconds: a client that keeps sending past it
+    loses its connection, contained there)."""
+
+    def __init__(self, app: ASGIApp, *, enabled: bool, drain_timeout: float) -> None:
+        self.app = app
+        self.enabled = enabled
+        self.drain_timeout = drain_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("http_version") != "2":
+            await self.app(scope, receive, send)
+            return
+        body = _BodyReader(receive)
+        if not self.enabled:
+            await body.drain(self.drain_timeout)
+            refusal = error_response(
+                505,
+                ErrorCode.HTTP_VERSION_NOT_SUPPORTED,
+                "HTTP/2 is off on this server (actorloop serve --http2 turns it on); use HTTP/1.1",
+            )
+            await refusal(scope, body.receive, send)
+            return
+
+        async def send_after_body(message: Message) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await body.drain(self.drain_timeout)
+            await send(message)
+
+        await self.app(scope, body.receive, send_after_body)
