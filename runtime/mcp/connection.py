@@ -9,23 +9,29 @@ import math
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
+from types import TracebackType
 from typing import Any
 
+import anyio
 import httpx2
 import orjson
 import trio
 from attrs import field, frozen
 from mcp import ClientSession, types
-from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
 from ..errors import McpConnectionFailed, McpToolError
 from ..model.messages import Text
 from .specs import McpHttp, McpServer
 
 log = logging.getLogger("actorloop.runtime.mcp")
+
+_LIST_CHANGED = "notifications/tools/list_changed"
 
 # The SDK's own defaults for MCP over HTTP: a server may hold a response stream open.
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
@@ -72,7 +78,9 @@ class _Link:
         self.failure: BaseException | None = None
         self.closed = False
         self.stop = trio.CancelScope()
-        self.tools: tuple[ListedTool, ...] = ()
+        self.relisting = 0
+        """Tool lists asked for by a list change and not fetched yet."""
+        self.relisted = trio.Event()
 
     def close(self) -> None:
         """Take no more calls; the connection task leaves the SDK's contexts."""
@@ -152,7 +160,7 @@ class McpConnection:
         try:
             async with (
                 _transport(self.server) as (read, write),
-                ClientSession(read, write, message_handler=self._messages(link)) as session,
+                ClientSession(self._watch(link, read), write) as session,
             ):
                 with link.stop:
                     await session.initialize()
@@ -173,6 +181,7 @@ class McpConnection:
                 raise cancelled from None
         finally:
             link.closed = True
+            link.relisted.set()
             link.inbox.close()
             _fail_queued(link, self.name)
             if not link.ready.is_set():
@@ -187,18 +196,14 @@ class McpConnection:
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 link.close()
-                call.error = McpConnectionFailed(
-                    f"MCP server {self.name!r} closed the connection before it answered"
-                )
+                call.error = _closed_before_answer(self.name)
             else:
                 call.error = McpToolError(f"MCP server {self.name!r}: {exc.error.message}")
         except Exception as exc:
             call.error = exc
         finally:
             if not call.answered and call.error is None:
-                call.error = McpConnectionFailed(
-                    f"MCP server {self.name!r}: the connection closed before it answered"
-                )
+                call.error = _closed_before_answer(self.name)
             call.done.set()
 
     def _listed(self, tools: tuple[ListedTool, ...]) -> None:
@@ -206,22 +211,96 @@ class McpConnection:
             self._listing = tools
             self.listing_version += 1
 
-    def _messages(self, link: _Link) -> MessageHandlerFnT:
-        async def on_message(message: IncomingMessage) -> None:
-            if isinstance(message, types.ToolListChangedNotification) and not link.closed:
-                # Not listed here: this handler runs in the SDK's read loop, which a
-                # request awaited here would wait on. A call of its own does it.
-                link.calls.send_nowait(_Call(self._relist))
-            elif isinstance(message, Exception):
-                log.warning("MCP server %r transport error: %r", self.name, message)
+    def _watch(self, link: _Link, read: ReadStream[SessionMessage | Exception]) -> _Watched:
+        def on_list_changed() -> None:
+            if not link.closed:
+                # Marked here, in receive order, before the answer the server sent after
+                # the notification reaches its caller; listed by a call of its own (this
+                # runs in the SDK's read loop, which a request awaited here would wait on).
+                link.relisting += 1
+                link.calls.send_nowait(_Call(partial(self._relist, link)))
 
-        return on_message
+        return _Watched(read, on_list_changed, link.close)
 
-    async def _relist(self, session: ClientSession) -> None:
+    async def settled(self) -> None:
+        """Wait until the tool lists that a list change asked for are fetched."""
+        link = self._link
+        while link is not None and link.relisting and not link.closed:
+            await link.relisted.wait()
+
+    async def _relist(self, link: _Link, session: ClientSession) -> None:
         try:
             self._listed(await _list_tools(session))
         except Exception:
             log.exception("MCP server %r: listing the tools after a list change failed", self.name)
+        finally:
+            link.relisting -= 1
+            if not link.relisting:
+                link.relisted.set()
+                link.relisted = trio.Event()
+
+
+class _Watched:
+    """The transport's read stream, watched in receive order: a tool list change is
+    marked before what follows it is read, and the stream's end (the server went away)
+    closes the link at once, so the next use re-opens instead of failing."""
+
+    def __init__(
+        self,
+        inner: ReadStream[SessionMessage | Exception],
+        on_list_changed: Callable[[], None],
+        on_end: Callable[[], None],
+    ) -> None:
+        self._inner = inner
+        self._on_list_changed = on_list_changed
+        self._on_end = on_end
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    def _seen(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
+        if isinstance(item, SessionMessage):
+            message = item.message
+            if isinstance(message, types.JSONRPCNotification) and message.method == _LIST_CHANGED:
+                self._on_list_changed()
+        return item
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            return self._seen(await self._inner.receive())
+        except (trio.EndOfChannel, trio.ClosedResourceError, anyio.EndOfStream):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return self._seen(await self._inner.__anext__())
+        except StopAsyncIteration:
+            self._on_end()
+            raise
+
+    async def __aenter__(self) -> _Watched:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._inner.__aexit__(exc_type, exc_val, exc_tb)
+
+
+def _closed_before_answer(name: str) -> McpConnectionFailed:
+    return McpConnectionFailed(f"MCP server {name!r} closed the connection before it answered")
 
 
 def _fail_queued(link: _Link, name: str) -> None:

@@ -104,6 +104,8 @@ class McpServers:
         if not names:
             return local
         connections = [self.connection(name) for name in names]
+        for connection in connections:
+            await connection.settled()
         versions = tuple(connection.listing_version for connection in connections)
         frozen = self._frozen.get(agent)
         if frozen is None or frozen[0] != versions:

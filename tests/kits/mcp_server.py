@@ -21,6 +21,7 @@ import sys
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 
 server = MCPServer("actorloop-test-kit")
@@ -50,7 +51,7 @@ def ordered(zeta: str, alpha: str, mid: int = 0) -> str:
 @server.tool()
 def fail(reason: str) -> str:
     """Fail with the reason (the client gets an isError result)."""
-    raise ValueError(reason)
+    raise ToolError(reason)
 
 
 @server.tool()
