@@ -95,5 +95,11 @@ async def test_a_list_change_reaches_the_model_at_the_next_step(any_server: McpS
         # The notification came before add_tool's answer: the very next step lists it.
         assert "late" in [tool.name for tool in provider.requests[1].tools]
         assert "late" not in [tool.name for tool in provider.requests[0].tools]
+        # Recorded as a header delta that adds the one tool, not a new snapshot.
+        kinds = [e.type for e in agent.session.events if e.type.startswith("request/header")]
+        assert kinds == ["request/header", "request/header-delta"]
+        [delta] = [e.data for e in agent.session.events if e.type == "request/header-delta"]
+        assert [tool.name for tool in delta.tools.added] == ["late"]
+        assert delta.tools.removed == () and delta.system is None
         assert texts(results(agent)["c2"]) == ["late: x"]
         assert rt.mcp.connection("kit").listing_version == listed + 1
