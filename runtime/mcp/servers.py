@@ -44,11 +44,9 @@ class McpServers:
         self._nursery = nursery
         self._connections: dict[str, McpConnection] = {}
         self._tools: dict[str, tuple[int, tuple[Tool, ...]]] = {}
-        # Per loop instance (an Agent handle is one instance): the tools it froze, and
-        # the listing versions they were built from.
-        self._frozen: WeakKeyDictionary[Agent, tuple[tuple[int, ...], tuple[Tool, ...]]] = (
-            WeakKeyDictionary()
-        )
+        # Per loop instance (an Agent handle is one instance): the tools it froze, and the
+        # servers and listing versions they were built from.
+        self._frozen: WeakKeyDictionary[Agent, tuple[Any, tuple[Tool, ...]]] = WeakKeyDictionary()
         if self.servers:
             hooks.on("tools/assemble", self._assemble)
 
@@ -106,15 +104,13 @@ class McpServers:
         connections = [self.connection(name) for name in names]
         for connection in connections:
             await connection.settled()
-        versions = tuple(connection.listing_version for connection in connections)
         frozen = self._frozen.get(agent)
-        if frozen is None or frozen[0] != versions:
+        if frozen is None or frozen[0] != _listed_by(connections):
             for connection in connections:
                 if not connection.listing_version:
                     await connection.tools()
-            versions = tuple(connection.listing_version for connection in connections)
             served = [(c.name, tool) for c in connections for tool in self._tools_of(c)]
-            frozen = (versions, _without_clashes(local, served))
+            frozen = (_listed_by(connections), _without_clashes(local, served))
             self._frozen[agent] = frozen
         return (*local, *frozen[1])
 
@@ -135,6 +131,10 @@ class McpServers:
         )
         self._tools[connection.name] = (connection.listing_version, built)
         return built
+
+
+def _listed_by(connections: Sequence[McpConnection]) -> tuple[tuple[str, int], ...]:
+    return tuple((connection.name, connection.listing_version) for connection in connections)
 
 
 def _without_clashes(local: Sequence[Tool], served: Sequence[tuple[str, Tool]]) -> tuple[Tool, ...]:
