@@ -5,6 +5,7 @@ server killed mid-call; the re-open after it; no server process outliving the ru
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import pytest
@@ -167,3 +168,21 @@ async def test_cancel_over_http_reaches_the_server(transport: str, http_server: 
             agent.cancel()
         assert codes(agent) == ["TOOL_CANCELLED"]
         await rt.mcp.call("kit", "wait_cancelled", {"count": 1})
+
+
+async def test_an_http_server_killed_mid_call_fails_the_call(
+    http_server: McpServer, starts: Starts
+) -> None:
+    provider = ScriptedProvider([tool_call("s", "stall", {}), reply("the tool failed")])
+    async with open_runtime(provider, mcp={"kit": http_server}) as rt:
+        agent = await rt.spawn(AgentOptions(model="m", mcp=("kit",)))
+        turns: list[Any] = []
+
+        async def send() -> None:
+            turns.append(await agent.send("go"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            await rt.mcp.call("kit", "wait_stalled", {})
+            os.kill(starts.pids[0], signal.SIGKILL)
+        assert turns[0].reason == "completed" and codes(agent) == ["TOOL_FAILED"]
