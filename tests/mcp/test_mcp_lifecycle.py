@@ -14,6 +14,7 @@ from helpers import open_runtime
 from mcp_kit import Starts
 
 from actorloop.runtime import AgentOptions
+from actorloop.runtime.errors import McpConnectionFailed
 from actorloop.runtime.host.subagents import subagent_tool
 from actorloop.runtime.mcp import McpServer
 from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
@@ -186,3 +187,8 @@ async def test_an_http_server_killed_mid_call_fails_the_call(
             await rt.mcp.call("kit", "wait_stalled", {})
             os.kill(starts.pids[0], signal.SIGKILL)
         assert turns[0].reason == "completed" and codes(agent) == ["TOOL_FAILED"]
+        assert "closed the connection" in results(agent)[0].content[0].text
+        # The next use opens a new connection (and finds no server there).
+        with pytest.raises(McpConnectionFailed):
+            await rt.mcp.call("kit", "echo", {"text": "x"})
+        assert rt.mcp.connections_opened == 2
