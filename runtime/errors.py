@@ -53,6 +53,12 @@ keep working)::
     ├── WorkloadError                  [ValueError] a workload file does not match its schema
     ├── TelemetryError                 tracing was asked for and cannot be set up
     ├── CollectorPolicyError           [ValueError] collector thresholds that gc cannot take
+    ├── McpError                       an MCP server could not be used; `.code` says why
+    │   ├── McpConfigError             [ValueError] a server spec or `mcp=` value is malformed
+    │   ├── McpServerNotConfigured     [LookupError] options name a server the runtime lacks
+    │   ├── McpToolNameClash           two tools (servers' or local) would share a name
+    │   ├── McpConnectionFailed        a server could not be started, reached or initialized
+    │   └── McpToolError               a server answered a tool call with `isError`
     └── ServiceError                   the HTTP service refused a request; `.code` says why
                                        (its subclasses: actorloop.runtime.service.errors)
 
@@ -156,6 +162,13 @@ class ErrorCode(StrEnum):
     HTTP_VERSION_NOT_SUPPORTED = "HTTP_VERSION_NOT_SUPPORTED"
     BODY_READ_TIMEOUT = "BODY_READ_TIMEOUT"
     MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+
+    # MCP servers (McpError.code) — docs/mcp.md
+    MCP_CONFIG = "MCP_CONFIG"
+    MCP_SERVER_NOT_CONFIGURED = "MCP_SERVER_NOT_CONFIGURED"
+    MCP_TOOL_NAME_CLASH = "MCP_TOOL_NAME_CLASH"
+    MCP_CONNECTION_FAILED = "MCP_CONNECTION_FAILED"
+    MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
 
 
 class ActorloopError(Exception):
@@ -544,6 +557,49 @@ class TelemetryError(ActorloopError):
 class CollectorPolicyError(ActorloopError, ValueError):
     """A `CollectorPolicy` was given thresholds that are not three ints >= 0, or a runtime
     was given something that is not a `CollectorPolicy`."""
+
+
+# ---------------------------------------------------------------------- MCP servers
+
+
+class McpError(ActorloopError):
+    """An MCP server could not be used as configured; `code` says why (docs/mcp.md)."""
+
+    code: ErrorCode = ErrorCode.MCP_CONFIG
+
+
+class McpConfigError(McpError, ValueError):
+    """An `McpStdio`/`McpHttp` spec, the `mcp=` mapping of `Runtime.open` or
+    `AgentOptions.mcp` is malformed, or the `mcp` extra is not installed."""
+
+    code = ErrorCode.MCP_CONFIG
+
+
+class McpServerNotConfigured(McpError, LookupError):
+    """The options name an MCP server this runtime was not opened with."""
+
+    code = ErrorCode.MCP_SERVER_NOT_CONFIGURED
+
+
+class McpToolNameClash(McpError):
+    """Two of an agent's tools would have one name: tools of two MCP servers, or an MCP
+    tool and a local one. Raised at spawn (or at the step where a list change brings it)."""
+
+    code = ErrorCode.MCP_TOOL_NAME_CLASH
+
+
+class McpConnectionFailed(McpError):
+    """An MCP server could not be started, reached or initialized, or its connection
+    closed under a call; the next use opens a new connection."""
+
+    code = ErrorCode.MCP_CONNECTION_FAILED
+
+
+class McpToolError(McpError):
+    """The server answered a tool call with `isError`: the model gets a tool error (the
+    loop's TOOL_FAILED result with this message), the turn goes on."""
+
+    code = ErrorCode.MCP_TOOL_ERROR
 
 
 # ---------------------------------------------------------------------- the HTTP service

@@ -12,7 +12,7 @@ from attrs import field, frozen
 from jsonschema import Draft202012Validator
 
 from ...codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_object, thaw_json
-from ..errors import InvalidToolSchema
+from ..errors import InvalidToolSchema, McpConfigError
 from ..model.header import (
     CacheBreakpoint,
     CacheTtl,
@@ -113,6 +113,19 @@ def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
     return tuple(value)
 
 
+def _server_names(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise McpConfigError(f"mcp must be a sequence of server names, not the str {value!r}")
+    names = tuple(value)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise McpConfigError(f"mcp server names must be non-empty str, got {name!r}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise McpConfigError(f"mcp names the servers {repeated} more than once")
+    return names
+
+
 def _at_least_one(_instance: object, attribute: Any, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{attribute.name} must be an int >= 1, got {value!r}")
@@ -198,6 +211,9 @@ class AgentOptions:
     metadata: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
     extra_body: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
     extra_headers: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+    mcp: tuple[str, ...] = field(default=(), converter=_server_names)
+    """The runtime's MCP servers (`Runtime.open(mcp=...)`) whose tools this agent gets,
+    after its own tools, in this order (docs/mcp.md)."""
 
     def __attrs_post_init__(self) -> None:
         # A malformed request option fails here, not at the first step.

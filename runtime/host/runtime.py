@@ -35,6 +35,8 @@ from ..errors import (
 )
 from ..log.invariants import InvariantCheckedProvider
 from ..log.session import Session, SessionMeta, new_session_id
+from ..mcp.servers import McpServers
+from ..mcp.specs import McpServer, check_servers
 from ..model.meta import DamagedSession
 from ..providers.base import Provider
 from ..stores.base import Store, open_store
@@ -64,6 +66,9 @@ def _spawn_compaction(supervisor: Supervisor, compactor: CompactionActor) -> Non
 class Runtime:
     """Use `async with Runtime.open(...) as rt`; leaving it disposes every agent, flushes and
     closes the store, so nothing acknowledged is lost."""
+
+    mcp: McpServers
+    """The MCP servers the runtime was opened with (`Runtime.open(mcp=...)`, docs/mcp.md)."""
 
     def __init__(
         self,
@@ -122,6 +127,7 @@ class Runtime:
         compaction: bool = True,
         telemetry: TelemetrySetting = None,
         collector: CollectorPolicy | None = None,
+        mcp: Mapping[str, McpServer] | None = None,
     ) -> AsyncIterator[Runtime]:
         """Open a runtime: `async with Runtime.open(...) as rt`.
 
@@ -134,6 +140,8 @@ class Runtime:
         global tracer provider decides. `collector`: what the runtime does to Python's
         cyclic garbage collector while it is open (`CollectorPolicy`; by default nothing —
         `CollectorPolicy.many_agents()` for thousands of agents, docs/performance.md).
+        `mcp`: MCP servers by name (`McpStdio`, `McpHttp`; docs/mcp.md), one connection
+        each, opened on first use and closed with the runtime.
         Leaving the block disposes every agent (running turns end `disposed`), flushes and
         closes the store; errors come out as plain typed exceptions.
         """
@@ -141,6 +149,7 @@ class Runtime:
             raise CollectorPolicyError(
                 f"collector must be a CollectorPolicy or None, got {type(collector).__name__}"
             )
+        mcp_servers = check_servers(mcp)
         tracing = open_tracing(telemetry)
         all_providers, default_name = _named_providers(provider, providers)
         store_obj = open_store(store) if isinstance(store, str) else store
@@ -169,6 +178,7 @@ class Runtime:
                             tracing=tracing,
                             collector=collector,
                         )
+                        runtime.mcp = McpServers(mcp_servers, owned, runtime.hooks)
                         for provider in all_providers.values():
                             await _open_provider(provider)
                         try:
@@ -239,6 +249,7 @@ class Runtime:
         session_id = new_session_id() if session_id is None else check_session_id(session_id)
         provider = self.provider_for(options)
         self._refuse_live(session_id)
+        await self.mcp.check(options)
         meta = SessionMeta(session_id, labels=options.labels)
         lease = self._claim(session_id)
         try:
@@ -259,6 +270,7 @@ class Runtime:
         self._refuse_closing()
         if options is not None:
             self.provider_for(options)
+            await self.mcp.check(options)
         self._refuse_live(session_id)
         lease = self._claim(session_id)
         try:
@@ -286,6 +298,7 @@ class Runtime:
             return await self._fork_stored(session_id, boundary, child_id, options)
         options = options or source_loop.options
         provider = self.provider_for(options)
+        await self.mcp.check(options)
         if child_id is not None:
             await self._refuse_existing(child_id)  # the child id before the boundary (§5)
         # Fork first, then flush: the flush covers every event the child's seed holds, even
@@ -340,6 +353,7 @@ class Runtime:
                 seeded = parent.fork(point.boundary, point.child_id)
             options = _stored_options(seeded)
         provider = self.provider_for(options)
+        await self.mcp.check(options)
         await self._refuse_existing(point.child_id)
         lease = self._claim(point.child_id)
         try:

@@ -17,6 +17,8 @@ from cattrs.v import format_exception
 
 from ..control.hooks import Listener
 from ..control.options import AgentOptions, Tool
+from ..errors import McpConfigError
+from ..mcp.specs import McpHttp, McpServer, McpStdio
 from ..providers.base import Provider
 from .errors import ServeConfigError, UnknownProfile
 
@@ -110,6 +112,8 @@ class AppConfig:
         self.profiles = ProfileRegistry()
         self.providers: dict[str, Provider] = {}
         self.listeners: list[tuple[str, Listener]] = []
+        self.mcp: dict[str, McpServer] = {}
+        """The runtime's MCP servers by name (`[mcp.NAME]` tables; docs/mcp.md)."""
 
     def add_profile(
         self,
@@ -131,6 +135,13 @@ class AppConfig:
     def on(self, name: str, listener: Listener) -> None:
         """A runtime-wide listener (`rt.on`), for every agent of the service."""
         self.listeners.append((name, listener))
+
+    def add_mcp(self, name: str, server: McpServer) -> None:
+        """An MCP server of the runtime (`Runtime.open(mcp=...)`); profiles select it by
+        name (`AgentOptions(mcp=(name,))`). A second server of one name is refused."""
+        if name in self.mcp:
+            raise ServeConfigError(f"MCP server {name!r} is declared twice")
+        self.mcp[name] = server
 
 
 def load_setup(spec: str) -> Callable[[AppConfig], Any]:
@@ -211,7 +222,34 @@ class ProfileTable:
     tools: tuple[str, ...] = field(default=(), validator=_tool_names)
     skills: bool = False
     """Give agents the file's `[[skills]]` as a skill-catalogue session prefix."""
+    mcp: tuple[str, ...] = ()
+    """The `[mcp.NAME]` servers whose tools the profile's agents get."""
     default: bool = False
+
+
+@frozen
+class McpTable:
+    """One `[mcp.NAME]` table: `command = [...]` (stdio) or `url = "..."` (streamable HTTP)."""
+
+    command: tuple[str, ...] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] | None = None
+    prefix: str | None = None
+
+    def server(self) -> McpServer:
+        """The server spec the table declares."""
+        if (self.command is None) == (self.url is None):
+            raise ValueError('give exactly one of command = [...] and url = "..."')
+        if self.url is not None:
+            if self.env is not None or self.cwd is not None:
+                raise ValueError("env and cwd are for command servers")
+            return McpHttp(self.url, headers=self.headers, prefix=self.prefix)
+        if self.headers is not None:
+            raise ValueError("headers are for url servers")
+        assert self.command is not None
+        return McpStdio(self.command, env=self.env, cwd=self.cwd, prefix=self.prefix)
 
 
 @frozen
@@ -261,6 +299,7 @@ def add_toml_profiles(path: Path, app_config: AppConfig) -> tuple[Profile, ...]:
         skills = _toml.structure(raw.get("skills", []), list[SkillEntry])
     except Exception as exc:
         raise ServeConfigError(f"{path}: [[skills]]: {_describe(exc)}") from exc
+    _add_toml_mcp(path, raw.get("mcp", {}), app_config)
     added = []
     for name, table in tables.items():
         try:
@@ -269,6 +308,9 @@ def add_toml_profiles(path: Path, app_config: AppConfig) -> tuple[Profile, ...]:
             raise ServeConfigError(f"{path}: [profiles.{name}]: {_describe(exc)}") from exc
         if spec.skills and not skills:
             raise ServeConfigError(f"{path}: [profiles.{name}] asks for skills; none declared")
+        unknown = sorted(set(spec.mcp) - set(app_config.mcp))
+        if unknown:
+            raise ServeConfigError(f"{path}: [profiles.{name}] names no [mcp.*] server {unknown}")
         added.append(
             app_config.add_profile(
                 name,
@@ -279,6 +321,19 @@ def add_toml_profiles(path: Path, app_config: AppConfig) -> tuple[Profile, ...]:
             )
         )
     return tuple(added)
+
+
+def _add_toml_mcp(path: Path, tables: Any, app_config: AppConfig) -> None:
+    if not isinstance(tables, dict):
+        raise ServeConfigError(f"{path}: mcp must be tables [mcp.NAME]")
+    for name, table in tables.items():
+        if isinstance(table, dict) and not isinstance(table.get("command", []), list):
+            raise ServeConfigError(f"{path}: [mcp.{name}]: command must be an array of strings")
+        try:
+            server = _toml.structure(table, McpTable).server()
+        except (McpConfigError, ValueError, TypeError, cattrs.BaseValidationError) as exc:
+            raise ServeConfigError(f"{path}: [mcp.{name}]: {_describe(exc)}") from exc
+        app_config.add_mcp(name, server)
 
 
 def _toml_options(spec: ProfileTable) -> OptionsFactory:
@@ -293,6 +348,7 @@ def _toml_options(spec: ProfileTable) -> OptionsFactory:
             temperature=spec.temperature,
             max_tokens=spec.max_tokens,
             context_window=spec.context_window,
+            mcp=spec.mcp,
         )
         tools: list[Tool] = []
         if "lookup" in spec.tools:

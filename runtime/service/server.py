@@ -130,6 +130,7 @@ async def serve(
         provider=app_config.provider,
         providers=app_config.providers,
         dev_invariants=settings.dev_invariants,
+        mcp=app_config.mcp,
     ) as runtime:
         for name, listener in app_config.listeners:
             runtime.on(name, listener)
