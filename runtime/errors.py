@@ -72,10 +72,10 @@ service, in `actorloop.runtime.service.errors`; their old names here still resol
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from enum import StrEnum
 from typing import Any
+
+from .lazy import lazy_exports
 
 
 class ErrorCode(StrEnum):
@@ -637,16 +637,9 @@ MOVED_TO_SERVICE = frozenset(
 """Service errors whose old home was this module (now `actorloop.runtime.service.errors`)."""
 
 
-def __getattr__(name: str) -> Any:
-    """The moved service errors under their old path, with a DeprecationWarning. The
-    service module is imported by name only here: this foundation module loads nothing above
-    it, and a caller of an old name gets exactly the class the service raises."""
-    if name not in MOVED_TO_SERVICE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"actorloop.runtime.errors.{name} moved to actorloop.runtime.service.errors.{name}; "
-        "the old path goes away in the next release",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(".service.errors", __package__), name)
+# The moved service errors under their old path, with a DeprecationWarning: the service
+# module is imported by name on first use only, so this foundation module loads nothing
+# above it, and a caller of an old name gets exactly the class the service raises.
+__getattr__, __dir__ = lazy_exports(
+    globals(), {}, moved=dict.fromkeys(MOVED_TO_SERVICE, "actorloop.runtime.service.errors")
+)
