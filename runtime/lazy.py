@@ -39,8 +39,7 @@ def lazy_exports(
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         warnings.warn(
-            f"{package}.{name} moved to {home}.{name}; the old path goes away in the next "
-            "release",
+            f"{package}.{name} moved to {home}.{name}; the old path goes away in the next release",
             DeprecationWarning,
             stacklevel=2,
         )

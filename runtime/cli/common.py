@@ -116,7 +116,8 @@ def _sqlite_store_problem(path: Path, *, must_exist: bool) -> str | None:
 def open_checked_store(url: str, *, must_exist: bool) -> Store:
     """Open the store at `url` once its location passed `check_location` (read commands
     pass `must_exist=True`: they never create one)."""
-    from ..stores.base import StoreUrlError, open_store
+    from ..errors import StoreUrlError
+    from ..stores.urls import open_store
 
     check_location(url, must_exist=must_exist)
     try:

@@ -39,9 +39,10 @@ from ..mcp.servers import McpServers
 from ..mcp.specs import McpServer, check_servers
 from ..model.meta import DamagedSession
 from ..providers.base import Provider
-from ..stores.base import Store, open_store
+from ..stores.base import Store
 from ..stores.ids import check_session_id
 from ..stores.loading import fork_point, gc_paused, load_session
+from ..stores.urls import open_store
 from .telemetry import TelemetrySetting, Tracing, open_tracing
 
 log = logging.getLogger("actorloop.runtime")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 from attrs import frozen
 
@@ -91,7 +91,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Link, Span, SpanContext, TracerProvider
 
     from ..control.handle import Agent
-    from .runtime import Runtime
+    from ..control.hooks import Listener, Unsubscribe
+    from ..control.options import AgentOptions
 
 REMEMBERED = 4096
 """How many ended turn and tool spans each map keeps for links and subagent parents."""
@@ -169,6 +170,18 @@ class OpenTurn:
         self.calls: set[ModelCall] = set()
 
 
+class TracedRuntime(Protocol):
+    """What tracing needs of the runtime it is attached to (`host.runtime.Runtime`)."""
+
+    def provider_for(self, options: AgentOptions) -> Provider:
+        """The provider an agent's options name."""
+        ...
+
+    def on(self, name: str, listener: Listener) -> Unsubscribe:
+        """Subscribe a runtime-wide listener."""
+        ...
+
+
 class Tracing:
     """The spans of one runtime: `Runtime.open` wraps its providers (`wrap`) and subscribes
     the listeners (`attach`); everything runs on the trio thread, synchronously."""
@@ -206,7 +219,7 @@ class Tracing:
         """`provider` with a `chat {model}` span around each of its streams."""
         return TracedProvider(provider, self)
 
-    def attach(self, runtime: Runtime) -> None:
+    def attach(self, runtime: TracedRuntime) -> None:
         """Subscribe this tracing to `runtime`'s events (runtime-wide listeners)."""
 
         def provider_name(agent: Agent) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import trio
 
@@ -30,7 +30,23 @@ from .telemetry_conventions import (
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from .telemetry import OpenTurn, Tracing
+
+class CallsOfTurn(Protocol):
+    """What a model call knows of its open turn: the calls still open in it."""
+
+    calls: set[ModelCall]
+
+
+class CallTracer(Protocol):
+    """What the provider wrapper asks of the tracing (`telemetry.Tracing`)."""
+
+    def records_calls_of(self, session_id: str) -> bool:
+        """False while that session's open turn is untraced."""
+        ...
+
+    def start_call(self, provider: str, request: Request) -> ModelCall:
+        """Open the span of one model call."""
+        ...
 
 
 class ModelCall:
@@ -39,7 +55,7 @@ class ModelCall:
 
     __slots__ = ("_ended", "_turn", "assembler", "finish", "span", "usage")
 
-    def __init__(self, span: Span, turn: OpenTurn | None, capture: bool) -> None:
+    def __init__(self, span: Span, turn: CallsOfTurn | None, capture: bool) -> None:
         self.span = span
         self._ended = False
         self._turn = turn
@@ -98,7 +114,7 @@ class TracedProvider:
     """A provider whose every stream is one `chat {model}` span: time to first chunk,
     usage, finish reason, and how the call ended (error or cancellation)."""
 
-    def __init__(self, inner: Provider, tracing: Tracing) -> None:
+    def __init__(self, inner: Provider, tracing: CallTracer) -> None:
         self.inner = inner
         self.name = inner.name
         self._tracing = tracing

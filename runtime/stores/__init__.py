@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .base import Lease, Store, open_store
+    from .base import Lease, Store
     from .ids import MAX_SESSION_ID_LENGTH, check_session_id
     from .jsonl import JsonlStore
     from .memory import MemoryStore
     from .sqlite import SqliteStore
+    from .urls import open_store
 
 __getattr__, __dir__ = lazy_exports(
     globals(),
@@ -29,7 +30,7 @@ __getattr__, __dir__ = lazy_exports(
         "SqliteStore": "actorloop.runtime.stores.sqlite",
         "Store": "actorloop.runtime.stores.base",
         "check_session_id": "actorloop.runtime.stores.ids",
-        "open_store": "actorloop.runtime.stores.base",
+        "open_store": "actorloop.runtime.stores.urls",
     },
 )
 

@@ -19,7 +19,6 @@ from ..errors import (
     SessionFormatError,
     SessionValidationError,
     StoreError,
-    StoreUrlError,
 )
 from ..log.repair import closers
 from ..log.session import Session, SessionMeta
@@ -34,11 +33,6 @@ Loaded: TypeAlias = tuple[SessionMeta, tuple[SessionEvent, ...]]
 Listing: TypeAlias = tuple[SessionMeta | DamagedSession, ...]
 Failures: TypeAlias = dict[str, Exception]
 """Sessions of one group commit that were not written, with the error each one met."""
-
-ACCEPTED_URLS = (
-    "memory:, sqlite:PATH[?synchronous=NORMAL|FULL], jsonl:DIR or "
-    "postgresql://[USER@]HOST[:PORT]/DB[?lease_s=SECONDS]"
-)
 
 
 class Store(Protocol):
@@ -312,46 +306,3 @@ def refuse_live_repair(session_id: str, what: str) -> SessionBusy:
     return busy_error(
         session_id, f": live turn is open ({what}); refusing to repair it from a second loader"
     )
-
-
-def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
-    """A store for `url`: `memory:`, `sqlite:PATH[?synchronous=NORMAL|FULL]`, `jsonl:DIR`
-    or a libpq URL `postgresql://...` (the `postgres` extra; `?lease_s=` and the other
-    options of `stores/postgres/config.py`).
-
-    A `synchronous` given in the URL wins over the keyword.
-    """
-    from .jsonl import JsonlStore
-    from .memory import MemoryStore
-    from .sqlite import SqliteStore
-
-    if not isinstance(url, str):
-        raise StoreUrlError(f"store URL must be a str, got {type(url).__name__}")
-    scheme, sep, rest = url.partition(":")
-    if scheme == "memory" and sep and not rest:
-        return MemoryStore()
-    if scheme == "sqlite" and rest:
-        path, _, query = rest.partition("?")
-        mode: str = synchronous
-        if query:
-            key, eq, value = query.partition("=")
-            if key != "synchronous" or not eq:
-                raise StoreUrlError(f"store URL {url!r}: the only option is ?synchronous=")
-            mode = value
-        if not path:
-            raise StoreUrlError(
-                f"store URL {url!r} names no database file; accepted: {ACCEPTED_URLS}"
-            )
-        return SqliteStore(path, synchronous=mode)
-    if scheme == "jsonl" and rest:
-        return JsonlStore(rest)
-    if scheme in ("postgresql", "postgres") and rest.startswith("//"):
-        try:
-            from .postgres.store import PostgresStore
-        except ImportError as exc:
-            raise StoreUrlError(
-                f"store URL {url.partition('?')[0]!r:.80}: the PostgreSQL store needs the "
-                f"postgres extra (pip install 'actorloop[postgres]'): {exc}"
-            ) from None
-        return PostgresStore(url)
-    raise StoreUrlError(f"unknown store URL {url!r}; accepted: {ACCEPTED_URLS}")

@@ -11,7 +11,7 @@ import pytest
 
 from actorloop.runtime import AgentOptions, Runtime
 from actorloop.runtime.errors import AgentClosed, ErrorCode, ProviderError, StoreError
-from actorloop.runtime.stores.base import open_store
+from actorloop.runtime.stores.urls import open_store
 from actorloop.runtime.testing import ScriptedProvider, reply
 
 OPTIONS = AgentOptions(model="m")

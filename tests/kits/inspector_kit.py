@@ -26,7 +26,7 @@ from actorloop.runtime.model.events import TurnEnd
 from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.providers.scripted import reply, tool_call
 from actorloop.runtime.service.profiles import AppConfig
-from actorloop.runtime.stores.base import open_store
+from actorloop.runtime.stores.urls import open_store
 from actorloop.runtime.testing import ScriptedProvider
 
 STORY = "cache-story"

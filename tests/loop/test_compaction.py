@@ -64,7 +64,7 @@ from actorloop.runtime.model.events import (
 )
 from actorloop.runtime.model.messages import ToolCall, ToolResult
 from actorloop.runtime.providers.scripted import ScriptEntry
-from actorloop.runtime.stores.base import open_store
+from actorloop.runtime.stores.urls import open_store
 from actorloop.runtime.testing import HANG, ScriptedProvider, max_tokens_reply, reply, tool_call
 
 T = TypeVar("T")

@@ -35,8 +35,8 @@ from actorloop.runtime.errors import SessionCorruptError
 from actorloop.runtime.log.header_algebra import fold
 from actorloop.runtime.log.request import digest_of
 from actorloop.runtime.log.verify import VerificationFailed, verify_log
-from actorloop.runtime.stores.base import open_store
 from actorloop.runtime.stores.loading import load_session
+from actorloop.runtime.stores.urls import open_store
 from actorloop.runtime.testing import ScriptedProvider, reply, tool_call, tool_calls
 
 

@@ -32,8 +32,8 @@ from actorloop.runtime.providers.http import HttpSseProvider
 from actorloop.runtime.providers.openai import OpenAIChatProvider
 from actorloop.runtime.providers.responses import OpenAIResponsesProvider
 from actorloop.runtime.providers.retry import RetryPolicy
-from actorloop.runtime.stores.base import open_store
 from actorloop.runtime.stores.loading import load_session
+from actorloop.runtime.stores.urls import open_store
 
 KEY = "sk-test-order-key-0006"
 WRITTEN = {

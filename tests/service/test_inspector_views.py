@@ -20,8 +20,8 @@ from actorloop.runtime.log.session import Session
 from actorloop.runtime.log.summary import summarize
 from actorloop.runtime.model.events import AssistantMessage
 from actorloop.runtime.service.inspector.cache_notes import PROVIDER_MIN_CACHE_TOKENS
-from actorloop.runtime.stores.base import open_store
 from actorloop.runtime.stores.loading import load_session
+from actorloop.runtime.stores.urls import open_store
 
 CLOCK = r"\d\d:\d\d:\d\d"
 TOKENS = re.compile(r"([\d,.]+)(k?) / [\d,.]+k?")
