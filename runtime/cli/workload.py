@@ -156,7 +156,7 @@ def parse_workload(text: str, origin: str) -> Workload:
     try:
         return _converter.structure(raw, Workload)
     except Exception as exc:
-        raise WorkloadError(f"{origin}: {_describe(exc)}") from exc
+        raise WorkloadError(f"{origin}: {describe_structure_error(exc)}") from exc
 
 
 def load_workload(path: Path) -> Workload:
@@ -214,8 +214,9 @@ def _format_leaf(exc: BaseException, type: Any) -> str:
     return format_exception(exc, type)
 
 
-def _describe(exc: BaseException) -> str:
-    """One line for a cattrs error tree: the first leaf with its path."""
+def describe_structure_error(exc: BaseException) -> str:
+    """One line for a cattrs error tree: the first leaf with its path (workload files and
+    serve's profile tables alike)."""
     if isinstance(exc, cattrs.ClassValidationError):
         notes = cattrs.transform_error(exc, format_exception=_format_leaf)
         return notes[0] if notes else str(exc)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import cattrs
 from attrs import evolve, field, frozen
-from cattrs.v import format_exception
 
+from ..cli.workload import describe_structure_error as describe
 from ..control.hooks import Listener
 from ..control.options import AgentOptions, Tool
 from ..errors import McpConfigError
@@ -298,14 +298,14 @@ def add_toml_profiles(path: Path, app_config: AppConfig) -> tuple[Profile, ...]:
     try:
         skills = _toml.structure(raw.get("skills", []), list[SkillEntry])
     except Exception as exc:
-        raise ServeConfigError(f"{path}: [[skills]]: {_describe(exc)}") from exc
+        raise ServeConfigError(f"{path}: [[skills]]: {describe(exc)}") from exc
     _add_toml_mcp(path, raw.get("mcp", {}), app_config)
     added = []
     for name, table in tables.items():
         try:
             spec = _toml.structure(table, ProfileTable)
         except Exception as exc:
-            raise ServeConfigError(f"{path}: [profiles.{name}]: {_describe(exc)}") from exc
+            raise ServeConfigError(f"{path}: [profiles.{name}]: {describe(exc)}") from exc
         if spec.skills and not skills:
             raise ServeConfigError(f"{path}: [profiles.{name}] asks for skills; none declared")
         unknown = sorted(set(spec.mcp) - set(app_config.mcp))
@@ -332,7 +332,7 @@ def _add_toml_mcp(path: Path, tables: Any, app_config: AppConfig) -> None:
         try:
             server = _toml.structure(table, McpTable).server()
         except (McpConfigError, ValueError, TypeError, cattrs.BaseValidationError) as exc:
-            raise ServeConfigError(f"{path}: [mcp.{name}]: {_describe(exc)}") from exc
+            raise ServeConfigError(f"{path}: [mcp.{name}]: {describe(exc)}") from exc
         app_config.add_mcp(name, server)
 
 
@@ -372,19 +372,3 @@ def _toml_listeners(
     return (
         ("agent/session-prefix", skill_catalogue([Skill(s.name, s.description) for s in skills])),
     )
-
-
-def _leaf(exc: BaseException, type: Any) -> str:
-    # Our validators word their own errors (they name the field and the rule).
-    if isinstance(exc, ValueError) and not isinstance(exc, cattrs.BaseValidationError):
-        return str(exc)
-    return format_exception(exc, type)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, cattrs.ClassValidationError):
-        notes = cattrs.transform_error(exc, format_exception=_leaf)
-        return notes[0] if notes else str(exc)
-    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
-        return f"unknown keys {sorted(exc.extra_fields)}"
-    return str(exc)
