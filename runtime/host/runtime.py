@@ -48,6 +48,15 @@ from .telemetry import TelemetrySetting, Tracing, open_tracing
 log = logging.getLogger("actorloop.runtime")
 
 
+def _collector_policy(collector: object) -> CollectorPolicy:
+    """The policy a runtime applies while open (a do-nothing one by default)."""
+    if collector is not None and not isinstance(collector, CollectorPolicy):
+        raise CollectorPolicyError(
+            f"collector must be a CollectorPolicy or None, got {type(collector).__name__}"
+        )
+    return collector or CollectorPolicy()
+
+
 def _named_providers(
     provider: Provider | None, providers: Mapping[str, Provider] | None
 ) -> tuple[dict[str, Provider], str | None]:
@@ -146,10 +155,7 @@ class Runtime:
         Leaving the block disposes every agent (running turns end `disposed`), flushes and
         closes the store; errors come out as plain typed exceptions.
         """
-        if collector is not None and not isinstance(collector, CollectorPolicy):
-            raise CollectorPolicyError(
-                f"collector must be a CollectorPolicy or None, got {type(collector).__name__}"
-            )
+        policy = _collector_policy(collector)
         mcp_servers = check_servers(mcp)
         tracing = open_tracing(telemetry)
         all_providers, default_name = _named_providers(provider, providers)
@@ -157,7 +163,7 @@ class Runtime:
         if compactor is None and compaction:
             compactor = CompactionActor()
         codec = CodecActor(store_obj)
-        restore_collector = (collector or CollectorPolicy()).apply()
+        restore_collector = policy.apply()
         try:
             async with _plain_errors(), trio.open_nursery() as services:
                 # The store writer outlives an outer cancellation: loops closing their turns
