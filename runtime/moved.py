@@ -31,7 +31,7 @@ MOVED = {
     "actorloop.runtime.stored": "actorloop.runtime.stores.loading",
     "actorloop.runtime.rebuild": "actorloop.runtime.log.rebuild",
     "actorloop.runtime.cache_health": "actorloop.runtime.log.cache_health",
-    "actorloop.runtime.invariants": "actorloop.runtime.log.invariants",
+    "actorloop.runtime.invariants": "actorloop.runtime.host.checked_provider",
     "actorloop.runtime.hooks": "actorloop.runtime.control.hooks",
     "actorloop.runtime.options": "actorloop.runtime.control.options",
     "actorloop.runtime.agent": "actorloop.runtime.control.handle",

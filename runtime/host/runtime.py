@@ -33,7 +33,6 @@ from ..errors import (
     StoreError,
     sole_error,
 )
-from ..log.invariants import InvariantCheckedProvider
 from ..log.session import Session, SessionMeta, new_session_id
 from ..mcp.servers import McpServers
 from ..mcp.specs import McpServer, check_servers
@@ -43,6 +42,7 @@ from ..stores.base import Store
 from ..stores.ids import check_session_id
 from ..stores.loading import fork_point, gc_paused, load_session
 from ..stores.urls import open_store
+from .checked_provider import InvariantCheckedProvider
 from .telemetry import TelemetrySetting, Tracing, open_tracing
 
 log = logging.getLogger("actorloop.runtime")

@@ -1,19 +1,17 @@
 """The reconstructability invariant (docs/spec/session-log.md §8.3): a loop-built request must
-equal what a fresh replay of the log rebuilds. Used as the outermost wrapper around provider
-calls; the replay is kept per session and extended by the new events at each check."""
+equal what a fresh replay of the log rebuilds. A replay kept per session is extended by the
+new events at each check (the provider wrapper that checks every request is
+`host/checked_provider.py`)."""
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ...codecs.converter import canonical_bytes
 from ..errors import InvariantViolation
-from ..model.chunks import StreamChunk
 from ..model.events import SessionEvent, StepStart
 from ..model.header import EpochHeader
 from ..model.messages import Message
-from ..providers.base import ModelInfo, Provider, opened_stream
 from .header_algebra import HeaderFold
 from .request import Request
 from .session import Session
@@ -141,42 +139,3 @@ def check_request(events: Sequence[SessionEvent], request: Request) -> None:
     """Raise InvariantViolation naming what diverged between `request` and the log (a
     from-scratch replay of `events`)."""
     ReplayCheck().check(EventSource.of_sequence(events), request)
-
-
-class InvariantCheckedProvider:
-    """Wraps a provider; checks every loop-built request against the log before dispatch.
-
-    The replay of each live session is kept between its requests (dropped with the session),
-    so a check costs the new events, not the whole log.
-    """
-
-    def __init__(self, inner: Provider, session_of: Callable[[str], Session]) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self._session_of = session_of
-        self._replays: weakref.WeakKeyDictionary[Session, ReplayCheck] = weakref.WeakKeyDictionary()
-        self.checks_passed = 0
-
-    def model_info(self, model: str) -> ModelInfo | None:
-        return self.inner.model_info(model)
-
-    def check(self, request: Request) -> None:
-        """Check `request` against its session's log (InvariantViolation if it diverges)."""
-        session = self._session_of(request.session_id)
-        replay = self._replays.get(session)
-        if replay is None:
-            replay = self._replays[session] = ReplayCheck()
-        try:
-            replay.check(EventSource.of_session(session), request)
-        except BaseException:
-            # A failed check may have consumed part of the log: start over next time.
-            del self._replays[session]
-            raise
-        self.checks_passed += 1
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
-        if not request.one_shot:
-            self.check(request)
-        async with opened_stream(self.inner, request) as stream:
-            async for chunk in stream:
-                yield chunk

@@ -13,12 +13,8 @@ from helpers import open_runtime
 
 from actorloop.runtime import AgentOptions
 from actorloop.runtime.errors import InvariantViolation
-from actorloop.runtime.log.invariants import (
-    EventSource,
-    InvariantCheckedProvider,
-    ReplayCheck,
-    check_request,
-)
+from actorloop.runtime.host.checked_provider import InvariantCheckedProvider
+from actorloop.runtime.log.invariants import EventSource, ReplayCheck, check_request
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.session import Session
 from actorloop.runtime.model.chunks import StreamChunk
