@@ -1,21 +1,18 @@
-"""The `actorloop` command line: `run` a workload (packaged or a TOML file), list and print
-the packaged workloads; `sessions` (runtime/cli/sessions.py), `serve` and `inspect` are its
-other groups. Bad input exits 2 with one line saying what is wrong; nothing is written.
+"""The CLI's own commands: `run` a workload (packaged or a TOML file), list and print the
+packaged workloads (`sessions` is runtime/cli/sessions.py; the console script that holds them
+with `serve` and `inspect` is runtime/console.py). Bad input exits 2 with one line saying
+what is wrong; nothing is written.
 
 Only click loads with this module (and with the groups it adds): what a command needs is
 imported when it runs, so `actorloop --help` starts in a fraction of the full import."""
 
 from __future__ import annotations
 
-import logging
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..service.command import serve as serve_command
-from ..service.inspector.command import inspect as inspect_command
 from .common import (
     console,
     fail,
@@ -25,7 +22,6 @@ from .common import (
     store_hint,
     store_option,
 )
-from .sessions import sessions
 
 if TYPE_CHECKING:
     from ..providers.base import Provider
@@ -34,22 +30,10 @@ if TYPE_CHECKING:
     from .workload import Workload
 
 
-@click.group()
-@click.version_option(package_name="actorloop")
-def main() -> None:
-    """actorloop: agent loops whose every request is a pure function of the session log."""
-    logging.basicConfig(level=logging.WARNING, format="actorloop: %(levelname)s %(message)s")
-
-
-main.add_command(serve_command)
-main.add_command(inspect_command)
-main.add_command(sessions)
-
-
 # ---------------------------------------------------------------------- run
 
 
-@main.command()
+@click.command()
 @click.argument("workload", required=False)
 @store_option()
 @click.option(
@@ -199,7 +183,7 @@ def _print_report(report: RunReport, store_url: str) -> None:
 # ---------------------------------------------------------------------- workloads
 
 
-@main.group()
+@click.group()
 def workloads() -> None:
     """The workloads shipped with actorloop (`actorloop run NAME` runs one)."""
 
@@ -245,7 +229,3 @@ def show_workload(name: str) -> None:
         sys.stdout.write(packaged_workload_text(name))
     except WorkloadError as exc:
         fail(str(exc))
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m actorloop.runtime.cli.commands`
-    main(prog_name=os.path.basename(sys.argv[0]) or "actorloop")

@@ -20,7 +20,7 @@ from attrs import frozen
 from click.testing import CliRunner
 
 from actorloop.codecs.rows import event_crc
-from actorloop.runtime.cli.commands import main
+from actorloop.runtime.console import main
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "runtime" / "cli" / "workloads" / "tiny.toml"

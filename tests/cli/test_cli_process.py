@@ -160,7 +160,7 @@ def test_the_pressure_demo_warns_about_nothing(tmp_path: Path) -> None:
 
 LOADED = """
 import sys
-from actorloop.runtime.cli.commands import main
+from actorloop.runtime.console import main
 try:
     main(sys.argv[1:], prog_name="actorloop")
 except SystemExit as exit:

@@ -642,7 +642,7 @@ provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)  # what an application's OpenTelemetry setup does
 
-from actorloop.runtime.cli.commands import main
+from actorloop.runtime.console import main
 
 main(["run", "tiny", "--store", sys.argv[1], "--json"], standalone_mode=False)
 spans = [
