@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from attrs import frozen
 
-from ...errors import InvalidRequestBody
+from ..errors import InvalidRequestBody
 from ...model.events import (
     AssistantMessage,
     RequestHeaderEvent,
