@@ -63,7 +63,7 @@ def start_server(root: Path, latency_ms: float) -> tuple[subprocess.Popen[str], 
         [
             sys.executable,
             "-m",
-            "actorloop.runtime.cli.commands",
+            "actorloop.runtime.console",
             "serve",
             "--port",
             "0",

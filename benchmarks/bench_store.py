@@ -954,7 +954,7 @@ def barrier_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_CLI = "import sys; from actorloop.runtime.cli.commands import main; sys.exit(main())"
+_CLI = "import sys; from actorloop.runtime.console import main; sys.exit(main())"
 
 
 def _demo_run(pythonpath: Path | None) -> dict[str, float]:

@@ -15,7 +15,7 @@ from ..errors import ActorloopError
 from ..log.summary import SessionSummary, summarize
 from ..model.meta import DamagedSession, SessionMeta
 from ..stores.base import Store
-from .render import NO_VALUE, ago, percent, plural, shorten_ids, tokens
+from .render import NO_VALUE, ago, percent, plural, shorten_ids, tokens, visible
 
 MIN_ID_WIDTH = 12
 COLUMNS = ("kind", "status", "turns", "tokens in/out", "cached", "created")
@@ -117,7 +117,7 @@ def print_session_table(listed: list[Listed], out: Console, errors: Console) -> 
     for entry in listed:
         if entry.problem is not None:
             errors.print(
-                f"damaged: {entry.id}: {entry.problem}",
+                visible(f"damaged: {entry.id}: {entry.problem}"),
                 style="red",
                 markup=False,
                 highlight=False,
@@ -192,5 +192,5 @@ def _session_table(
         values[keep.index(COLUMNS.index("status"))] = Text(
             status, style=STATUS_STYLE.get(status, "red" if status == "error" else "")
         )
-        table.add_row(shown, *values, parent or "")
+        table.add_row(Text(visible(shown)), *values, Text(visible(parent or "")))
     return table

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import time
+import unicodedata
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
@@ -47,6 +48,35 @@ FAILED_STYLE = "bold red"
 
 
 # ---------------------------------------------------------------------- words and numbers
+
+
+KEPT_CONTROLS = frozenset("\n\t")
+KEPT_FORMATS = frozenset("\u200c\u200d")
+"""Format characters kept as they are: the joiners that emoji and scripts are spelled with."""
+
+
+def visible(value: str) -> str:
+    """`value` with every control, format, line-separator and lone-surrogate character
+    (ESC, BEL, CR, U+202E, U+2066...) written as its JSON escape (`\\u001b`), as `sessions
+    events` prints it, so a stored string cannot clear the screen, link, hide or reorder
+    text; newlines, tabs and the zero-width joiners stay. Idempotent."""
+    return "".join(
+        char
+        if not _hidden(char)
+        else f"\\u{ord(char):04x}"
+        if ord(char) <= 0xFFFF
+        else f"\\U{ord(char):08x}"
+        for char in value
+    )
+
+
+def _hidden(char: str) -> bool:
+    category = unicodedata.category(char)
+    if category == "Cc":
+        return char not in KEPT_CONTROLS
+    if category == "Cf":
+        return char not in KEPT_FORMATS
+    return category in ("Zl", "Zp", "Cs")
 
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
@@ -190,7 +220,7 @@ def expand(given: str, ids: Iterable[str]) -> tuple[str, ...]:
 def _line(label: str, body: str | Text, style: str = "cyan") -> Text:
     """`label` in its column, `body` after it; continuation lines line up under the body."""
     text = Text(f"  {label:<{LABEL_WIDTH - 1}} ", style=style)
-    body_text = body if isinstance(body, Text) else Text(body)
+    body_text = body if isinstance(body, Text) else Text(visible(body))
     indent = " " * (LABEL_WIDTH + 2)
     for index, part in enumerate(body_text.split("\n", allow_blank=True)):
         if index:
@@ -228,25 +258,25 @@ def arguments_text(arguments: str) -> str:
 
 
 def content_text(content: Content, names: dict[str, str] | None = None) -> Text:
-    """Content blocks as text: text as is, reasoning dimmed, tool calls with name, id and
-    arguments, tool results with the call they answer."""
+    """Content blocks as text (made `visible`): text as is, reasoning dimmed, tool calls
+    with name, id and arguments, tool results with the call they answer."""
     out = Text()
     for block in content:
         if out:
             out.append("\n")
         if isinstance(block, TextBlock):
-            out.append(block.text)
+            out.append(visible(block.text))
         elif isinstance(block, Reasoning):
-            out.append(f"(reasoning) {block.text}", style="dim")
+            out.append(visible(f"(reasoning) {block.text}"), style="dim")
         elif isinstance(block, ToolCall):
-            out.append(f"→ {block.name}", style="bold")
-            out.append(f" [{block.id}] {arguments_text(block.arguments)}")
+            out.append(visible(f"→ {block.name}"), style="bold")
+            out.append(visible(f" [{block.id}] {arguments_text(block.arguments)}"))
         elif isinstance(block, ToolResult):
             name = (names or {}).get(block.tool_call_id, "tool")
-            out.append(f"← {name}", style="bold")
-            out.append(f" [{block.tool_call_id}]")
+            out.append(visible(f"← {name}"), style="bold")
+            out.append(visible(f" [{block.tool_call_id}]"))
             out.append(" error" if block.is_error else "", style="red")
-            out.append(": " + "".join(part.text for part in block.content))
+            out.append(visible(": " + "".join(part.text for part in block.content)))
     return out
 
 
@@ -329,19 +359,22 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
     for index, event in enumerate(events):
         if seed and index == seed:
             yield Text(
-                f"── forked from {meta.parent_session} at seq {seed - 1} "
-                f"(events 0–{seed - 1} are the parent's) ──",
+                visible(
+                    f"── forked from {meta.parent_session} at seq {seed - 1} "
+                    f"(events 0–{seed - 1} are the parent's) ──"
+                ),
                 style="magenta",
             )
         data = event.data
         if isinstance(data, TurnStart):
             started[data.turn] = event.time
-            yield Text(f"turn {data.turn} · {trigger_text(data.trigger)}", style="bold")
+            yield Text(visible(f"turn {data.turn} · {trigger_text(data.trigger)}"), style="bold")
         elif isinstance(data, TurnEnd):
             took = (event.time - started.pop(data.turn, event.time)) / 1000
             style = "green" if data.reason.kind == "completed" else "yellow"
             yield Text(
-                f"  turn {data.turn} {reason_text(data.reason)} in {duration(took)}", style=style
+                visible(f"  turn {data.turn} {reason_text(data.reason)} in {duration(took)}"),
+                style=style,
             )
         elif isinstance(data, UserMessage):
             yield _line("user", _sourced(data.source, data.content, quiet_for_user=True))
@@ -350,7 +383,7 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
                 if isinstance(block, ToolCall):
                     requested[block.id] = (block.name, block.arguments)
             body = content_text(data.content) or Text("(no content)", style="dim")
-            body.append(f"  [{_assistant_suffix(data)}]", style="dim")
+            body.append(visible(f"  [{_assistant_suffix(data)}]"), style="dim")
             yield _line("assistant", body)
         elif isinstance(data, ToolCallEvent):
             names[data.call_id] = data.name
@@ -368,7 +401,7 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
         elif isinstance(data, SteeringMessage):
             yield _line("steering", _sourced(data.source, data.content, quiet_for_user=True))
         elif isinstance(data, PromptBlocked):
-            body = Text(f"({data.reason}) ")
+            body = Text(visible(f"({data.reason}) "))
             body.append_text(content_text(data.content))
             yield _line("blocked", body, "red")
         elif isinstance(data, RequestHeaderEvent):
@@ -423,16 +456,16 @@ def _sourced(source: Source, content: Content, *, quiet_for_user: bool = False) 
     """Content with who it came from in front (left out for the user's own prompts)."""
     body = Text()
     if not (quiet_for_user and source.kind == "user"):
-        body.append(f"[from {source_text(source)}] ", style="dim")
+        body.append(visible(f"[from {source_text(source)}] "), style="dim")
     body.append_text(content_text(content))
     return body
 
 
 def _tool_result_text(data: ToolResultEvent, names: dict[str, str]) -> Text:
-    body = Text(f"← {names.get(data.call_id, 'tool')}", style="bold")
-    body.append(f" [{data.call_id}]")
+    body = Text(visible(f"← {names.get(data.call_id, 'tool')}"), style="bold")
+    body.append(visible(f" [{data.call_id}]"))
     if data.is_error:
         code = data.error.code if data.error is not None else None
         body.append(f" error{f' {code}' if code else ''}", style="red")
-    body.append(": " + "".join(block.text for block in data.content))
+    body.append(visible(": " + "".join(block.text for block in data.content)))
     return body

@@ -199,9 +199,9 @@ def _summary_lines(summary: SessionSummary) -> list[Any]:
     from rich.text import Text
 
     from ...codecs.converter import unstructure
-    from .render import ago, plural, timestamp, usage_text
+    from .render import ago, plural, timestamp, usage_text, visible
 
-    lines = [Text(f"session {summary.id}", style="bold")]
+    lines = [Text(visible(f"session {summary.id}"), style="bold")]
     if summary.kind == "fork":
         kind = f"fork of {summary.parent} at seq {summary.fork_seq}"
     elif summary.kind == "subagent":
@@ -225,7 +225,7 @@ def _summary_lines(summary: SessionSummary) -> list[Any]:
         fields.append(("labels", ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))))
     for name, value in fields:
         line = Text(f"  {name:<9}", style="cyan")
-        line.append(value)
+        line.append(visible(value))
         lines.append(line)
     return lines
 

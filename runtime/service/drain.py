@@ -19,6 +19,9 @@ class Drain:
         self.stop_listening = trio.Event()
         """Set when the drain begins: the HTTP server stops accepting connections."""
         self._streams: set[trio.CancelScope] = set()
+        """The producers of the open event streams, which the drain cancels."""
+        self._responses = 0
+        """The event-stream responses under way, from their start to their last byte."""
         self._stream_ended = trio.lowlevel.ParkingLot()
         self._grace: trio.CancelScope | None = None
         self._forced = False
@@ -39,17 +42,27 @@ class Drain:
                 yield scope
             finally:
                 self._streams.discard(scope)
-                self._stream_ended.unpark_all()
+
+    @contextmanager
+    def stream_response(self) -> Iterator[None]:
+        """Counts an event stream as open while its response runs: from its start, through
+        its backlog, to its last frame written (its producer ends before that frame is)."""
+        self._responses += 1
+        try:
+            yield
+        finally:
+            self._responses -= 1
+            self._stream_ended.unpark_all()
 
     @property
     def open_streams(self) -> int:
-        """How many event streams are open."""
-        return len(self._streams)
+        """How many event-stream responses are under way."""
+        return self._responses
 
     async def until_streams_at_most(self, count: int) -> None:
         """Wait until at most `count` event streams are open (a client that went away has
         its stream ended by the server)."""
-        while len(self._streams) > count:
+        while self._responses > count:
             await self._stream_ended.park()
 
     def begin(self) -> None:

@@ -16,6 +16,7 @@ it needs no `serve` extra (Starlette loads when a response is made).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,18 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
 log = logging.getLogger("actorloop.service")
+
+_DIRECTORIES = re.compile(r"(?<![\w/:.~-])/(?:[^\s/'\"()]+/)+(?=[^\s/'\"()])")
+"""The directories of an absolute filesystem path (not a URL's path: `//` or a scheme's
+`:` comes before that one)."""
+
+
+def hide_directories(text: str) -> str:
+    """`text` with every absolute filesystem path cut to its last name (`sqlite
+    /home/me/x.db` → `sqlite …/x.db`): what a client is shown of a store's location. A
+    store URL that is no path (PostgreSQL's) and a relative path stay as configured; the
+    server log keeps the whole path for the operator."""
+    return _DIRECTORIES.sub("…/", text)
 
 
 class InvalidRequestBody(ServiceError, ValueError):
@@ -165,8 +178,9 @@ def http_error(error: BaseException) -> HttpError:
     """The status, code and message for `error`.
 
     Typed errors keep their message (they name the session, seq or field and never carry a
-    secret); anything else is a bug: logged here with its traceback, answered 500 with a
-    message that reveals nothing of it.
+    secret), with a store's directories hidden (`hide_directories`); anything else is a
+    bug: logged here with its traceback, answered 500 with a message that reveals nothing
+    of it.
     """
     code: ErrorCode | None = None
     if isinstance(error, (ServiceError, SessionForkError, RequestRebuildError)):
@@ -179,7 +193,7 @@ def http_error(error: BaseException) -> HttpError:
     message = str(error)
     if code is ErrorCode.STORE_UNAVAILABLE:
         log.error("store error: %s", message)
-    return HttpError(STATUS_OF_CODE[code], code, message)
+    return HttpError(STATUS_OF_CODE[code], code, hide_directories(message))
 
 
 def error_response(

@@ -20,6 +20,7 @@ from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
 from ..model.messages import Content, Text
 from .bodies import Cancel, CreateSession, Fork, Inject, Resume, SendMessage, Steer, parse_body
+from .drain import Drain
 from .errors import InvalidRequestBody
 from .schemas import Digests, RequestDetail, to_json
 from .service import SessionService
@@ -42,6 +43,19 @@ class _NoAnswer(Response):
 
 
 NO_ANSWER = _NoAnswer()
+
+
+class _CountedEvents(EventSourceResponse):
+    """An event stream counted in `/healthz` `open_streams` for as long as its response
+    runs (`Drain.stream_response`), backlog and last frame included."""
+
+    def __init__(self, drain: Drain, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self.drain.stream_response():
+            await super().__call__(scope, receive, send)
 
 
 def json_response(value: object, status: int = 200) -> Response:
@@ -239,7 +253,8 @@ class Handlers:
                 async for event in source:
                     yield sse_frame(event)
 
-        return EventSourceResponse(
+        return _CountedEvents(
+            self.service.drain,
             frames(),
             data_sender_callable=partial(
                 produce_events, self.service, session_id, after, follow, out

@@ -100,7 +100,7 @@ def test_an_installed_wheel_runs_the_default_workload_from_any_directory(
     )
     assert where.stdout.startswith(str(site)), where.stdout + where.stderr
     result = subprocess.run(
-        [sys.executable, "-m", "actorloop.runtime.cli.commands", "run", "--json"],
+        [sys.executable, "-m", "actorloop.runtime.console", "run", "--json"],
         cwd=work,
         capture_output=True,
         text=True,

@@ -200,7 +200,7 @@ class ServerProcess:
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actorloop.runtime.cli.commands", "serve", "--port", "0", *args],
+            [sys.executable, "-m", "actorloop.runtime.console", "serve", "--port", "0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

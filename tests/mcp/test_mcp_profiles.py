@@ -10,8 +10,8 @@ import pytest
 from helpers import open_runtime
 from mcp_kit import KIT, Starts
 
-from actorloop.runtime.service.errors import ServeConfigError
 from actorloop.runtime.mcp import McpHttp, McpStdio
+from actorloop.runtime.service.errors import ServeConfigError
 from actorloop.runtime.service.profiles import AppConfig, add_toml_profiles
 from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
 

@@ -274,7 +274,7 @@ def test_actorloop_inspect_serves_a_store_on_loopback_and_stops_on_sigterm(
 ) -> None:
     store = f"sqlite:{tmp_path / 'runs.db'}"
     env = child_env(ACTORLOOP_API_TOKEN="ignored-by-inspect")
-    command = [sys.executable, "-m", "actorloop.runtime.cli.commands"]
+    command = [sys.executable, "-m", "actorloop.runtime.console"]
     ran = subprocess.run(
         [*command, "run", "tiny", "--store", store, "--json"],
         capture_output=True,
@@ -326,7 +326,7 @@ def test_actorloop_inspect_serves_a_store_on_loopback_and_stops_on_sigterm(
 
 def test_inspect_is_a_command_of_the_cli() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "actorloop.runtime.cli.commands", "inspect", "--help"],
+        [sys.executable, "-m", "actorloop.runtime.console", "inspect", "--help"],
         capture_output=True,
         text=True,
         env=child_env(),

@@ -97,7 +97,7 @@ def test_auth_on_and_off(tmp_path: Path) -> None:
 
 def test_a_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "actorloop.runtime.cli.commands", "serve", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "actorloop.runtime.console", "serve", "--host", "0.0.0.0"],
         capture_output=True,
         text=True,
         env=child_env(),
@@ -122,7 +122,7 @@ def test_bad_app_and_profiles_files_exit_2_with_one_line(tmp_path: Path) -> None
     ]
     for args, message in cases:
         result = subprocess.run(
-            [sys.executable, "-m", "actorloop.runtime.cli.commands", "serve", "--port", "0", *args],
+            [sys.executable, "-m", "actorloop.runtime.console", "serve", "--port", "0", *args],
             capture_output=True,
             text=True,
             env=child_env(),

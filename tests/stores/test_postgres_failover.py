@@ -71,7 +71,7 @@ class Instance(ServerProcess):
         self.log = cwd / f"serve-{node}.log"
         self._err = self.log.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actorloop.runtime.cli.commands", "serve", "--port", "0", *args],
+            [sys.executable, "-m", "actorloop.runtime.console", "serve", "--port", "0", *args],
             stdout=subprocess.PIPE,
             stderr=self._err,
             text=True,

@@ -21,7 +21,15 @@ DEFAULT_STORE = "sqlite:actorloop.db"
     type=click.IntRange(0, 65535),
     help="Port on 127.0.0.1 (0 picks a free one).",
 )
-def inspect(store_url: str, port: int) -> None:
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Answer this Host name too, besides 127.0.0.1, [::1] and localhost (repeatable), "
+    "as `serve --allowed-host` does.",
+)
+def inspect(store_url: str, port: int, allowed_hosts: tuple[str, ...]) -> None:
     """Open the session inspector on an existing store, on 127.0.0.1 until SIGINT/SIGTERM.
 
     The same server as `actorloop serve --host 127.0.0.1` (no API token, whatever
@@ -39,7 +47,9 @@ def inspect(store_url: str, port: int) -> None:
     from ..profiles import AppConfig, add_default_profile
 
     check_location(store_url, must_exist=True)
-    settings = ServeSettings(host="127.0.0.1", port=port, store=store_url, token=None)
+    settings = ServeSettings(
+        host="127.0.0.1", port=port, store=store_url, token=None, allowed_hosts=allowed_hosts
+    )
     provider, model = provider_for("sim", None, 2.0, None)
     app_config = AppConfig(provider=provider, model=model, store_url=store_url)
     add_default_profile(app_config)

@@ -11,7 +11,6 @@ from urllib.parse import urlencode
 
 from attrs import frozen
 
-from ..errors import InvalidRequestBody
 from ...model.events import (
     AssistantMessage,
     RequestHeaderEvent,
@@ -21,6 +20,7 @@ from ...model.events import (
     TurnEnd,
 )
 from ...model.header import HeaderDelta
+from ..errors import InvalidRequestBody
 from .timeline import CANCELLED_TOOL_CODES
 
 SortKey: TypeAlias = Literal[

@@ -19,6 +19,7 @@ from ...log.summary import SessionSummary, summarize
 from ...model.events import AssistantMessage, SessionEvent
 from ...model.header import EpochHeader
 from ...model.meta import DamagedSession, SessionMeta
+from ..errors import hide_directories
 from ..service import SessionService
 from .chart import CacheChart, cache_chart
 from .history import HistoryOrigin, history_origins
@@ -142,7 +143,7 @@ def _live(service: SessionService, session_id: str) -> str | None:
 def _listed(entry: SessionMeta | DamagedSession) -> SessionRow:
     """A row from the store's listing alone (nothing loaded yet)."""
     if isinstance(entry, DamagedSession):
-        return SessionRow(entry.id, 0, None, None, None, entry.problem, None)
+        return SessionRow(entry.id, 0, None, None, None, hide_directories(entry.problem), None)
     return SessionRow(entry.id, 0, lineage_of(entry), entry.created_at, None, None, None)
 
 
@@ -156,7 +157,7 @@ async def _loaded(service: SessionService, row: SessionRow) -> SessionRow | None
     except SessionNotFound:
         return None
     except ActorloopError as exc:
-        return evolve(row, problem=f"{type(exc).__name__}: {exc}")
+        return evolve(row, problem=hide_directories(f"{type(exc).__name__}: {exc}"))
     meta, events = session.meta, session.events
     return evolve(
         row,
