@@ -7,12 +7,18 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..cli.common import check_location, fail, provider_for, run_async
+
+if TYPE_CHECKING:
+    from ..providers.base import Provider
+    from .profiles import AppConfig
 
 DEFAULT_STORE = "sqlite:actorloop.db"
 """The CLI's default store (the same as `actorloop run`)."""
@@ -127,14 +133,8 @@ def serve(
         raise click.ClickException(
             f"`actorloop serve` needs the serve extra (pip install 'actorloop[serve]'): {exc}"
         ) from exc
-    from ..errors import ActorloopError, sole_error
+    from ..errors import sole_error
     from .auth import TOKEN_ENV, check_bind
-    from .profiles import (
-        AppConfig,
-        add_default_profile,
-        add_toml_profiles,
-        run_setup,
-    )
 
     for name in ("actorloop.serve", "actorloop.service", "actorloop.http.access"):
         logging.getLogger(name).setLevel(logging.INFO)
@@ -154,19 +154,10 @@ def serve(
         allowed_hosts=allowed_hosts,
     )
     provider, model = provider_for(provider_spec, base_url, sim_latency_ms, None)
-    try:
-        check_bind(host, token)
-        app_config = AppConfig(provider=provider, model=model, store_url=store_url)
-        if app_spec is not None:
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())  # `--app mymodule:setup` from where it runs
-            run_setup(app_spec, app_config)
-        for path in profile_files:
-            add_toml_profiles(path, app_config)
-        if app_spec is None and not profile_files:
-            add_default_profile(app_config)
-    except ActorloopError as exc:
-        fail(str(exc))
+    check_bind_or_fail = partial(check_bind, host, token)
+    app_config = _app_config(
+        provider, model, store_url, app_spec, profile_files, check_bind_or_fail
+    )
     check_location(store_url, must_exist=False)
 
     async def ready_then_wait() -> None:
@@ -185,3 +176,32 @@ def serve(
         if isinstance(leaf, OSError):
             fail(f"cannot listen on {settings.bind}: {leaf.strerror or leaf}")
         raise
+
+
+def _app_config(
+    provider: Provider,
+    model: str | None,
+    store_url: str,
+    app_spec: str | None,
+    profile_files: tuple[Path, ...],
+    check_bind: Callable[[], None],
+) -> AppConfig:
+    """The app configuration `serve` runs: the `--app` setup and the profile files, or the
+    default profile; a refusal (a non-loopback bind without a token, a bad file) exits 2."""
+    from ..errors import ActorloopError
+    from .profiles import AppConfig, add_default_profile, add_toml_profiles, run_setup
+
+    try:
+        check_bind()
+        app_config = AppConfig(provider=provider, model=model, store_url=store_url)
+        if app_spec is not None:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())  # `--app mymodule:setup` from where it runs
+            run_setup(app_spec, app_config)
+        for path in profile_files:
+            add_toml_profiles(path, app_config)
+        if app_spec is None and not profile_files:
+            add_default_profile(app_config)
+    except ActorloopError as exc:
+        fail(str(exc))
+    return app_config
