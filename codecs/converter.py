@@ -11,11 +11,14 @@ response-format schemas and `extra_body` — which keeps the key order it was wr
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any, get_args, get_origin
 
 import cattrs
 import orjson
+from attrs import frozen
 from cattrs.strategies import configure_tagged_union
 
 from ..runtime.errors import SessionFormatError
@@ -200,15 +203,40 @@ def _build_converter(*, ordered: bool = False) -> cattrs.Converter:
 
 
 converter = _build_converter()
-_encoder = _build_converter(ordered=True)
 
-_data_unstructurers: dict[type, Callable[[Any], Any]] = {
-    cls: _encoder.get_unstructure_hook(cls) for cls in DATA_BY_TYPE.values()
-}
-_data_structurers: dict[str, Callable[[Any, type], Any]] = {
-    name: converter.get_structure_hook(cls) for name, cls in DATA_BY_TYPE.items()
-}
-_unstructure_op = _encoder.get_unstructure_hook(SurfaceOp)
+
+@frozen
+class _Hooks:
+    """The encoder and the checked decoder's per-type hooks."""
+
+    encoder: cattrs.Converter
+    unstructure_data: Mapping[type, Callable[[Any], Any]]
+    unstructure_op: Callable[[Any], Any]
+    structure_data: Mapping[str, Callable[[Any, type], Any]]
+
+
+_hooks_lock = threading.Lock()
+
+
+@cache
+def _hooks() -> _Hooks:
+    """Built on first use, not at import (a reader of well-formed logs, `sessions list`,
+    takes only the generated decoders). Under a lock: store threads encode too, and the
+    strict converter's hook cache is shared."""
+    with _hooks_lock:
+        encoder = _build_converter(ordered=True)
+        return _Hooks(
+            encoder=encoder,
+            unstructure_data={
+                cls: encoder.get_unstructure_hook(cls) for cls in DATA_BY_TYPE.values()
+            },
+            unstructure_op=encoder.get_unstructure_hook(SurfaceOp),
+            structure_data={
+                name: converter.get_structure_hook(cls) for name, cls in DATA_BY_TYPE.items()
+            },
+        )
+
+
 _fast = DecoderBuilder(
     converter,
     {
@@ -216,9 +244,20 @@ _fast = DecoderBuilder(
         for tags, tag_key in ((BLOCK_TAGS, "type"), (CHUNK_TAGS, "type"), (OP_TAGS, "op"))
     },
 )
-FAST_DECODERS: Mapping[str, Callable[[Any], SessionEvent]] = _fast.variants(
-    SessionEvent, "data", DATA_BY_TYPE
-)
+
+
+class _DecodersOnDemand(dict[str, Callable[[Any], SessionEvent]]):
+    """The generated event decoders by type, each generated the first time its type is
+    looked up (a listing reads a few of the types; generating all of them is most of the
+    codec's import). A plain dict once generated: the hot path's look-up stays a dict's."""
+
+    def __missing__(self, event_type: str) -> Callable[[Any], SessionEvent]:
+        data = DATA_BY_TYPE[event_type]  # an unknown type: KeyError, the converter decides
+        decoder = _fast.variants(SessionEvent, "data", {event_type: data})[event_type]
+        return self.setdefault(event_type, decoder)
+
+
+FAST_DECODERS: Mapping[str, Callable[[Any], SessionEvent]] = _DecodersOnDemand()
 """The generated decoder of a whole event (envelope and data in one function) by its type,
 also for a reader taking parsed objects one by one: a type missing, or any exception, means
 the input is for `event_from_dict` to decide."""
@@ -264,7 +303,7 @@ def unstructure(value: object) -> Any:
 def canonical_bytes(value: object) -> bytes:
     """Canonical JSON of any attrs value of the domain model (sorted keys, no spaces; the
     ORDERED_FIELDS keep the order written). Equality of headers and configs compares these."""
-    return canonical_json(_encoder.unstructure(value))
+    return canonical_json(_hooks().encoder.unstructure(value))
 
 
 def event_to_dict(event: SessionEvent) -> dict[str, Any]:
@@ -276,12 +315,12 @@ def event_to_dict(event: SessionEvent) -> dict[str, Any]:
         "time": event.time,
         "data": data.payload
         if isinstance(data, IgnorableData)
-        else _data_unstructurers[type(data)](data),
+        else _hooks().unstructure_data[type(data)](data),
     }
     if event.source_event_seqs is not None:
         body["source_event_seqs"] = event.source_event_seqs
     if event.surface_op is not None:
-        body["surface_op"] = _unstructure_op(event.surface_op)
+        body["surface_op"] = _hooks().unstructure_op(event.surface_op)
     if event.ignorable:
         body["ignorable"] = True
     return body
@@ -325,7 +364,7 @@ def _checked_event_from_dict(body: Any, where: str | None) -> SessionEvent:
         if not isinstance(ignorable, bool):
             raise TypeError("ignorable must be a boolean")
         raw_data = body["data"]
-        structure_data = _data_structurers.get(event_type)
+        structure_data = _hooks().structure_data.get(event_type)
         if structure_data is None:
             if not ignorable:
                 raise TypeError(f"unknown event type {event_type!r} (not marked ignorable)")

@@ -13,7 +13,8 @@ Endpoints:
 * `GET /agents/{id}/events?after=N` → `text/event-stream`, one SSE event per session
   event (`event:` its type, `id:` its seq, `data:` the codec's JSON); a reconnecting
   browser's `Last-Event-ID` resumes after the last one it saw. The stream ends when the
-  agent is closed.
+  agent is closed; a client that leaves ends it quietly (sse-starlette cancels the
+  generator when the client disconnects).
 * `POST /agents/{id}/cancel` cancels the running turn; `DELETE /agents/{id}` disposes it.
 
 The runtime lives in the app's lifespan, so uvicorn's graceful shutdown (Ctrl-C, SIGTERM)
@@ -29,8 +30,8 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import FastAPI, Header, HTTPException, Request, Response
-from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from actorloop.codecs.converter import encode_event, unstructure
 from actorloop.runtime import AgentOptions, aio
@@ -122,19 +123,26 @@ def create_app(*, store: str, provider: Provider, model: str) -> FastAPI:
         result = await unless_disconnected(request, agent.send(body.text))
         return unstructure(result)
 
+    # sse-starlette, not FastAPI's own `response_class=EventSourceResponse`: FastAPI's
+    # keep-alive task raises `anyio.BrokenResourceError` (logged as an ExceptionGroup) when
+    # a client leaves while an event is on its way; sse-starlette cancels the generator.
     @app.get("/agents/{agent_id}/events", response_class=EventSourceResponse)
     async def events(
         request: Request,
         agent_id: str,
         after: int | None = None,
         last_event_id: Annotated[int | None, Header()] = None,
-    ) -> AsyncIterator[ServerSentEvent]:
+    ) -> EventSourceResponse:
         agent = agent_of(request, agent_id)
         start = last_event_id if last_event_id is not None else after
-        async for event in agent.events(after=start):
-            yield ServerSentEvent(
-                raw_data=encode_event(event).decode(), event=event.type, id=str(event.seq)
-            )
+
+        async def stream() -> AsyncIterator[ServerSentEvent]:
+            async for event in agent.events(after=start):
+                yield ServerSentEvent(
+                    encode_event(event).decode(), event=event.type, id=str(event.seq)
+                )
+
+        return EventSourceResponse(stream())
 
     @app.post("/agents/{agent_id}/cancel")
     async def cancel(request: Request, agent_id: str) -> dict[str, str]:

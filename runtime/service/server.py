@@ -17,6 +17,7 @@ from hypercorn.config import Config
 from starlette.routing import BaseRoute
 
 from ..host.runtime import Runtime
+from .access_log import AccessLog
 from .app import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
     from .routing import Router
 
 log = logging.getLogger("actorloop.serve")
-
-ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(b)s'
-"""One access log line: client address, request line, status, body size."""
 
 
 @frozen
@@ -99,14 +97,13 @@ class ServerControl:
 
 
 def hypercorn_config(settings: ServeSettings) -> Config:
-    """Hypercorn's configuration: our bind, our loggers, and a graceful timeout past the
-    drain's grace period (turns cancelled after it still close and answer)."""
+    """Hypercorn's configuration: our bind, our error logger, and a graceful timeout past
+    the drain's grace period (turns cancelled after it still close and answer). Hypercorn's
+    access log stays off: `AccessLog` writes one line per request instead."""
     config = Config()
     config.bind = [settings.bind]
     config.errorlog = logging.getLogger("actorloop.http")
-    config.accesslog = logging.getLogger("actorloop.http.access") if settings.access_log else None
-    # The client, request line, status and size: no header (User-Agent, Referer) is logged.
-    config.access_log_format = ACCESS_LOG_FORMAT
+    config.accesslog = None
     config.graceful_timeout = settings.grace_seconds + 10.0
     return config
 
@@ -155,7 +152,7 @@ async def serve(
             binds = await nursery.start(
                 partial(
                     serve_connections,
-                    app,
+                    AccessLog(app) if settings.access_log else app,
                     hypercorn_config(settings),
                     shutdown_trigger=service.drain.stop_listening.wait,
                     wrap=wrap_connection,

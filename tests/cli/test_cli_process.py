@@ -202,3 +202,40 @@ def test_help_loads_click_and_nothing_heavy(tmp_path: Path) -> None:
         "actorloop.runtime.host",
     )
     assert not [m for m in listed if m.startswith(unneeded)]
+
+
+BUILT = """
+import sys
+from actorloop.runtime.cli.commands import main
+import actorloop.codecs.converter as codec
+try:
+    main(sys.argv[1:], prog_name="actorloop")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+# The lazily built parts of the codec: the encoder with the checked decoder's hooks, and
+# one generated decoder per event type looked up.
+print(codec._hooks.cache_info().currsize, " ".join(sorted(codec.FAST_DECODERS)), file=sys.stderr)
+"""
+
+
+def test_sessions_list_builds_only_the_decoders_of_the_stored_types(tmp_path: Path) -> None:
+    """Most of the codec's cost is building it: a listing of well-formed sessions generates
+    the decoders of the event types it reads and builds neither the encoder nor the
+    strict converter's per-type hooks (issue 40, item 13)."""
+    db = tmp_path / "runs.db"
+    assert actorloop("run", "tiny", "--store", f"sqlite:{db}", cwd=tmp_path).returncode == 0
+    result = subprocess.run(
+        [sys.executable, "-c", BUILT, "sessions", "list", "--store", f"sqlite:{db}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "turns" in result.stdout  # the table was printed
+    hooks, *generated = result.stderr.split()
+    with sqlite3.connect(db) as connection:
+        stored = {row[0] for row in connection.execute("SELECT DISTINCT type FROM events")}
+    assert hooks == "0"
+    assert set(generated) == stored

@@ -166,6 +166,7 @@ def _serve_example(tmp_path: Path, store: str) -> tuple[subprocess.Popen[bytes],
             "fastapi_app:app",
         ],
         pass_fds=[sock.fileno()],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
         cwd=tmp_path,
@@ -222,3 +223,33 @@ def test_ctrl_c_under_asyncio_run_closes_the_running_turn(tmp_path: Path) -> Non
             child.wait()
     log = stored(store, session_id)
     assert [e.data.reason.kind for e in log if isinstance(e.data, TurnEnd)] == ["disposed"]
+
+
+def test_an_sse_client_leaving_mid_stream_ends_the_stream_quietly(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'served.db'}"
+    process, port = _serve_example(tmp_path, store)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            agent_id = client.post("/agents", json={}).json()["id"]
+            for turn in range(3):
+                text = f"turn {turn}: " + "x" * 190_000
+                answer = client.post(f"/agents/{agent_id}/messages", json={"text": text}).json()
+                assert answer["reason"] == "completed", answer["message"]
+            # Megabytes of stored events, more than the sockets' buffers hold: the server is
+            # still sending (its writes held back) when the client reads one event and leaves.
+            with client.stream("GET", f"/agents/{agent_id}/events") as stream:
+                lines = stream.iter_lines()
+                assert next(line for line in lines if line.startswith("data:"))
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    log = err.decode()
+    assert process.returncode == -signal.SIGTERM, log
+    assert "Application shutdown complete." in log
+    for noise in ("Traceback", "ExceptionGroup", "BrokenResourceError", "ERROR"):
+        assert noise not in log, log
+    request_line = f'"GET /agents/{agent_id}/events HTTP/1.1" 200'
+    assert sum(request_line in line for line in out.decode().splitlines()) == 1, out

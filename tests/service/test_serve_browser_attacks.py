@@ -123,9 +123,9 @@ async def test_a_page_on_another_origin_creates_and_runs_nothing(
         # Every post that left the browser was refused (the JSON one never left it: its
         # preflight got no CORS answer).
         lines = [r.getMessage() for r in caplog.records if r.name == "actorloop.http.access"]
-        assert answered(caplog, '"POST /v1/sessions 1.1" 403') == 3, lines
-        assert answered(caplog, '"POST /v1/sessions/victim/messages 1.1" 403') == 1, lines
-        assert answered(caplog, '"OPTIONS /v1/sessions 1.1" 405') == 1, lines
+        assert answered(caplog, '"POST /v1/sessions HTTP/1.1" 403') == 3, lines
+        assert answered(caplog, '"POST /v1/sessions/victim/messages HTTP/1.1" 403') == 1, lines
+        assert answered(caplog, '"OPTIONS /v1/sessions HTTP/1.1" 405') == 1, lines
         assert answered(caplog, '" 201 ') == 1, lines  # the test's own create only
         assert [s.id for s in await server.service.runtime.list_sessions()] == ["victim"]
         detail = (await client.get("/v1/sessions/victim")).json()

@@ -187,7 +187,7 @@ async def test_allow_nosniff_required_bodies_and_an_access_log_without_headers(
             answers.append(events)
         assert [a.headers.get("x-content-type-options") for a in answers] == ["nosniff"] * 8
         lines = [r.getMessage() for r in caplog.records if r.name == "actorloop.http.access"]
-        assert any('"GET /v1/sessions 1.1" 200' in line for line in lines), lines
+        assert any('"GET /v1/sessions HTTP/1.1" 200' in line for line in lines), lines
         assert not any("agent-007" in line for line in lines), lines
     document = openapi_document(auth=False)
     required = {
