@@ -19,14 +19,13 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
 
     A `synchronous` given in the URL wins over the keyword.
     """
-    from .jsonl import JsonlStore
-    from .memory import MemoryStore
-    from .sqlite import SqliteStore
-
     if not isinstance(url, str):
         raise StoreUrlError(f"store URL must be a str, got {type(url).__name__}")
     scheme, sep, rest = url.partition(":")
+    # Each store's module is imported only for its own scheme (a CLI start pays for one).
     if scheme == "memory" and sep and not rest:
+        from .memory import MemoryStore
+
         return MemoryStore()
     if scheme == "sqlite" and rest:
         path, _, query = rest.partition("?")
@@ -40,8 +39,12 @@ def open_store(url: str, *, synchronous: Synchronous = "NORMAL") -> Store:
             raise StoreUrlError(
                 f"store URL {url!r} names no database file; accepted: {ACCEPTED_URLS}"
             )
+        from .sqlite import SqliteStore
+
         return SqliteStore(path, synchronous=mode)
     if scheme == "jsonl" and rest:
+        from .jsonl import JsonlStore
+
         return JsonlStore(rest)
     if scheme in ("postgresql", "postgres") and rest.startswith("//"):
         try:
