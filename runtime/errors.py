@@ -63,7 +63,8 @@ keep working)::
                                        (its subclasses: actorloop.runtime.service.errors)
 
 Codes are the stable strings recorded in logs and shown to callers (`ErrorCode`); every
-code actorloop writes is a member of it, so one grep finds every place that uses it.
+code actorloop writes is a member of it, so one grep finds every place that uses it (the
+enum itself is `error_codes.py`, re-exported here).
 
 The HTTP service's own errors (`InvalidRequestBody`, `UnknownProfile`, ...) live with the
 service, in `actorloop.runtime.service.errors`; their old names here still resolve, with a
@@ -72,103 +73,10 @@ service, in `actorloop.runtime.service.errors`; their old names here still resol
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
+from .error_codes import ErrorCode
 from .lazy import lazy_exports
-
-
-class ErrorCode(StrEnum):
-    """Stable error codes. Members compare equal to their plain string value."""
-
-    # fork refusals (SessionForkError.code) — docs/spec/fork-resume.md §5
-    INVALID_BOUNDARY = "INVALID_BOUNDARY"
-    OPEN_TURN = "OPEN_TURN"
-    SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
-    SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS"
-
-    # tool results written by the loop or by crash repair (tool/result error.code)
-    TOOL_DENIED = "TOOL_DENIED"
-    TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
-    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
-    TOOL_FAILED = "TOOL_FAILED"
-    TOOL_CANCELLED = "TOOL_CANCELLED"
-    TOOL_ABORTED_BEFORE_DISPATCH = "TOOL_ABORTED_BEFORE_DISPATCH"
-    TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
-    TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
-    INVALID_TOOL_OUTPUT = "INVALID_TOOL_OUTPUT"
-
-    # model calls (ProviderError.code, finish errors, turn/end error.code)
-    RATE_LIMITED = "RATE_LIMITED"
-    AUTHENTICATION = "AUTHENTICATION"
-    CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
-    INVALID_REQUEST = "INVALID_REQUEST"
-    INSUFFICIENT_QUOTA = "INSUFFICIENT_QUOTA"
-    OVERLOADED = "OVERLOADED"
-    PROVIDER_ERROR = "PROVIDER_ERROR"
-    TIMEOUT = "TIMEOUT"
-    CONNECTION_ERROR = "CONNECTION_ERROR"
-    STREAM_INTERRUPTED = "STREAM_INTERRUPTED"
-    STREAM_INCOMPLETE = "STREAM_INCOMPLETE"
-    CONTENT_FILTERED = "CONTENT_FILTERED"
-    REFUSED = "REFUSED"
-    PROTOCOL_ERROR = "PROTOCOL_ERROR"
-    DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
-    SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
-
-    # turn results (TurnResult.code of an `error` turn whose failure had no code of its own)
-    AGENT_FAILED = "AGENT_FAILED"
-
-    # content rules at append (SessionValidationError.code; DUPLICATE_TOOL_CALL_ID above)
-    TOOL_BLOCK_IN_USER_CONTENT = "TOOL_BLOCK_IN_USER_CONTENT"
-
-    # compaction (compaction/end error.code, CompactionFailed.code)
-    CANCELLED = "CANCELLED"
-    COMPACTION_FAILED = "COMPACTION_FAILED"
-    SUMMARY_TOO_LARGE = "SUMMARY_TOO_LARGE"
-    SUMMARY_TRUNCATED = "SUMMARY_TRUNCATED"
-    SUMMARY_EMPTY = "SUMMARY_EMPTY"
-    NOT_RUNNING = "NOT_RUNNING"
-
-    # request rebuilding (RequestRebuildError.code) — docs/spec/runtime.md §15.7
-    EVENT_NOT_FOUND = "EVENT_NOT_FOUND"
-    NOT_A_MODEL_ANSWER = "NOT_A_MODEL_ANSWER"
-    REQUEST_DIGEST_MISMATCH = "REQUEST_DIGEST_MISMATCH"
-
-    # the HTTP service (`{"error": {"code": ...}}`) — docs/spec/runtime.md §15
-    SESSION_BUSY = "SESSION_BUSY"
-    INVALID_SESSION_ID = "INVALID_SESSION_ID"
-    INVALID_CONTENT = "INVALID_CONTENT"
-    INVALID_JSON = "INVALID_JSON"
-    VALIDATION_FAILED = "VALIDATION_FAILED"
-    BODY_TOO_LARGE = "BODY_TOO_LARGE"
-    UNKNOWN_PROFILE = "UNKNOWN_PROFILE"
-    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
-    UNAUTHORIZED = "UNAUTHORIZED"
-    NOT_FOUND = "NOT_FOUND"
-    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
-    AGENT_CLOSED = "AGENT_CLOSED"
-    INBOX_FULL = "INBOX_FULL"
-    PROVIDER_NOT_CONFIGURED = "PROVIDER_NOT_CONFIGURED"
-    SESSION_DAMAGED = "SESSION_DAMAGED"
-    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
-    SESSION_FENCED = "SESSION_FENCED"
-    OWNER_LOST = "OWNER_LOST"
-    SERVER_DRAINING = "SERVER_DRAINING"
-    INTERNAL_ERROR = "INTERNAL_ERROR"
-    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
-    FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
-    MISDIRECTED_REQUEST = "MISDIRECTED_REQUEST"
-    HTTP_VERSION_NOT_SUPPORTED = "HTTP_VERSION_NOT_SUPPORTED"
-    BODY_READ_TIMEOUT = "BODY_READ_TIMEOUT"
-    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
-
-    # MCP servers (McpError.code) — docs/mcp.md
-    MCP_CONFIG = "MCP_CONFIG"
-    MCP_SERVER_NOT_CONFIGURED = "MCP_SERVER_NOT_CONFIGURED"
-    MCP_TOOL_NAME_CLASH = "MCP_TOOL_NAME_CLASH"
-    MCP_CONNECTION_FAILED = "MCP_CONNECTION_FAILED"
-    MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
 
 
 class ActorloopError(Exception):
