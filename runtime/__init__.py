@@ -30,8 +30,8 @@ _install_moved_paths()
 
 if TYPE_CHECKING:
     from .control.collector import CollectorPolicy
-    from .control.handle import Agent
-    from .control.options import AgentOptions, CompactionConfig, Tool, ToolContext
+    from .control.handle import Agent, ToolContext
+    from .control.options import AgentOptions, CompactionConfig, Tool
     from .host.runtime import Runtime
     from .log.request import Request
     from .log.session import Session
@@ -59,12 +59,11 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "actorloop.runtime.control.collector": ("CollectorPolicy",),
-    "actorloop.runtime.control.handle": ("Agent",),
+    "actorloop.runtime.control.handle": ("Agent", "ToolContext"),
     "actorloop.runtime.control.options": (
         "AgentOptions",
         "CompactionConfig",
         "Tool",
-        "ToolContext",
     ),
     "actorloop.runtime.host.runtime": ("Runtime",),
     "actorloop.runtime.log.request": ("Request",),

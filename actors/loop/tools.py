@@ -12,8 +12,9 @@ import trio
 from attrs import evolve
 
 from ...codecs.jsonvalue import freeze_json
+from ...runtime.control.handle import ToolContext
 from ...runtime.control.hooks import run_waterfall
-from ...runtime.control.options import Tool, ToolContext
+from ...runtime.control.options import Tool
 from ...runtime.errors import ErrorCode, HookError, JsonValueError, sole_error
 from ...runtime.model.events import ToolCallEvent, ToolError, ToolResultEvent
 from ...runtime.model.hook_values import ContextItem, Deny, ToolCallInfo, ToolOutcome

@@ -14,8 +14,8 @@ from typing import Any
 import trio
 from attrs import define, field, frozen
 
-from ..control.handle import Agent
-from ..control.options import AgentOptions, Tool, ToolContext
+from ..control.handle import Agent, ToolContext
+from ..control.options import AgentOptions, Tool
 from ..host.runtime import Runtime
 from ..host.subagents import subagent_tool
 from ..log.request import Request

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
+import trio
+from attrs import frozen
+
 from ..log.session import Session
 from ..log.usage import UsageTotals, session_usage
 from ..model.events import SessionEvent
@@ -215,3 +218,15 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(id={self.id!r}, status={self.status!r})"
+
+
+@frozen
+class ToolContext:
+    """What a running tool can see: its agent, its call id, and the turn's cancel scope."""
+
+    agent: Agent
+    call_id: str
+    cancel_scope: trio.CancelScope
+    """The turn's scope: cancelling it cancels the whole turn, not only this call."""
+    turn: int
+    step: int

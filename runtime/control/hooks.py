@@ -10,12 +10,9 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 from ..errors import HookError, UnknownHookError
-
-if TYPE_CHECKING:
-    from .handle import Agent
 
 log = logging.getLogger("actorloop.hooks")
 
@@ -23,6 +20,9 @@ HookKind: TypeAlias = Literal["waterfall", "serial", "notify"]
 Unsubscribe: TypeAlias = Callable[[], None]
 
 V = TypeVar("V")
+# A listener's first argument is the `Agent` the hook runs for (control/handle.py). The
+# registry stands below the handle, so the protocols name it `Any`: a listener annotated
+# `agent: Agent` fits them as it is.
 V_contra = TypeVar("V_contra", contravariant=True)
 
 
@@ -37,21 +37,21 @@ class WaterfallListener(Protocol[V]):
     """`async def listener(agent, value, next) -> value`: return the (new) value; the value
     passed in is frozen. Runs inside the turn's cancel scope."""
 
-    def __call__(self, agent: Agent, value: V, next: Next[V], /) -> Awaitable[V] | V: ...
+    def __call__(self, agent: Any, value: V, next: Next[V], /) -> Awaitable[V] | V: ...
 
 
 class SerialListener(Protocol[V_contra]):
     """`async def listener(agent, value) -> None`, awaited in order inside the turn's cancel
     scope."""
 
-    def __call__(self, agent: Agent, value: V_contra, /) -> Awaitable[None] | None: ...
+    def __call__(self, agent: Any, value: V_contra, /) -> Awaitable[None] | None: ...
 
 
 class NotifyListener(Protocol[V_contra]):
     """`def listener(agent, value) -> None`, called synchronously; a raised exception is
     logged and contained. Must not be async."""
 
-    def __call__(self, agent: Agent, value: V_contra, /) -> None: ...
+    def __call__(self, agent: Any, value: V_contra, /) -> None: ...
 
 
 Listener: TypeAlias = WaterfallListener[Any] | SerialListener[Any] | NotifyListener[Any]

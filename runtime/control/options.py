@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 import attrs
 import jsonschema
-import trio
 from attrs import field, frozen
 from jsonschema import Draft202012Validator
 
 from ...codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_object, thaw_json
 from ..errors import InvalidToolSchema, McpConfigError
+from ..lazy import lazy_exports
 from ..model.header import (
     CacheBreakpoint,
     CacheTtl,
@@ -25,25 +25,11 @@ from ..model.header import (
 )
 from ..model.messages import Content
 
-if TYPE_CHECKING:
-    from .handle import Agent
-
 ToolOutput: TypeAlias = str | Content
 
-
-@frozen
-class ToolContext:
-    """What a running tool can see: its agent, its call id, and the turn's cancel scope."""
-
-    agent: Agent
-    call_id: str
-    cancel_scope: trio.CancelScope
-    """The turn's scope: cancelling it cancels the whole turn, not only this call."""
-    turn: int
-    step: int
-
-
-ToolExecute: TypeAlias = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput]]
+# The second argument is the call's `ToolContext` (control/handle.py, beside the `Agent` it
+# carries): the options stand below the handle, so they name it only here, as `Any`.
+ToolExecute: TypeAlias = Callable[[dict[str, Any], Any], Awaitable[ToolOutput]]
 
 
 @frozen
@@ -257,3 +243,7 @@ class AgentOptions:
     def tool_map(self) -> Mapping[str, Tool]:
         """The tools by name."""
         return {tool.name: tool for tool in self.tools}
+
+
+# `ToolContext` lived here before the handle took it in; its old spelling still resolves.
+__getattr__, __dir__ = lazy_exports(globals(), {"ToolContext": "actorloop.runtime.control.handle"})

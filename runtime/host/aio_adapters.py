@@ -14,8 +14,9 @@ import trio
 from attrs import evolve
 
 from ..control.handle import Agent as TrioAgent
+from ..control.handle import ToolContext
 from ..control.hooks import HOOK_KINDS
-from ..control.options import Tool, ToolContext, ToolOutput
+from ..control.options import Tool, ToolOutput
 from ..errors import HookError, HostTaskCancelled, UnknownHookError
 from .aio_futures import fail, resolve
 

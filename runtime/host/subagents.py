@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from ..control.options import AgentOptions, Tool, ToolContext
+from ..control.handle import ToolContext
+from ..control.options import AgentOptions, Tool
 from ..errors import AgentClosed, SubagentError
 from ..model.events import AssistantMessage, TurnEnd
 from ..model.hook_values import TurnResult

@@ -11,8 +11,9 @@ from weakref import WeakKeyDictionary
 
 import trio
 
+from ..control.handle import ToolContext
 from ..control.hooks import HookRegistry, Next
-from ..control.options import AgentOptions, Tool, ToolContext
+from ..control.options import AgentOptions, Tool
 from ..errors import McpConfigError, McpServerNotConfigured, McpToolError, McpToolNameClash
 from ..model.messages import Text
 from .specs import McpServer, check_servers, tool_name

@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from actorloop.runtime.control.handle import Agent
-from actorloop.runtime.control.options import AgentOptions, CompactionConfig, Tool, ToolContext
+from actorloop.runtime.control.handle import Agent, ToolContext
+from actorloop.runtime.control.options import AgentOptions, CompactionConfig, Tool
 from actorloop.runtime.errors import ErrorCode, ProviderError, TelemetryError
 from actorloop.runtime.host.subagents import subagent_tool
 from actorloop.runtime.host.telemetry import CAPTURE_CONTENT_ENV, Telemetry, TracedProvider
