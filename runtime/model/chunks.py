@@ -12,7 +12,9 @@ from ..errors import JsonValueError, StreamProtocolError, ToolOutputError
 from .messages import Block, Reasoning, Text, ToolCall
 
 BlockKind: TypeAlias = Literal["text", "reasoning", "tool_call"]
-FinishKind: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "error"]
+# `pause`: the provider paused a long turn (Anthropic `pause_turn`); the loop continues it
+# by sending the history, which holds the paused content, as the next step's request.
+FinishKind: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "pause", "error"]
 
 
 @frozen
