@@ -12,11 +12,11 @@ from provider_kit import PREFIX, TOOLS, Waits, WireCapture, assemble, fixture_st
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, anthropic_stream, json_reply
 
 from actorloop.codecs.converter import ordered_fragment
-from actorloop.runtime import AgentOptions
-from actorloop.runtime.log.verify import verify_log
 from actorloop.codecs.jsonvalue import canonical_json
+from actorloop.runtime import AgentOptions
 from actorloop.runtime.errors import CallConfigError, ProviderError
 from actorloop.runtime.log.request import Request
+from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.chunks import (
     BlockEnd,
     BlockStart,
