@@ -22,6 +22,7 @@ from ...codecs.converter import ordered_fragment
 from ..errors import ErrorCode, ProviderError
 from ..log.request import Request
 from ..model.chunks import (
+    SUMMARY_JOINER,
     BlockEnd,
     BlockKind,
     BlockStart,
@@ -57,7 +58,6 @@ from .settings import HttpOptions, HttpSettings, http_settings
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 _REASONING_MODELS = re.compile(r"(o\d|gpt-[5-9]|codex)")
-_SUMMARY_JOINER = "\n\n"
 _FAILURE_CODES = {
     "context_length_exceeded": ErrorCode.CONTEXT_WINDOW_EXCEEDED,
     "rate_limit_exceeded": ErrorCode.RATE_LIMITED,
@@ -403,7 +403,7 @@ class _ResponsesStreamMapper:
             return []
         previous = self._parts.get(index)
         self._parts[index] = part
-        text = delta if previous in (None, part) else _SUMMARY_JOINER + delta
+        text = delta if previous in (None, part) else SUMMARY_JOINER + delta
         self._with_text.add(index)
         return [ReasoningDelta(index, text)]
 
