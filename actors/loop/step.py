@@ -246,11 +246,14 @@ async def _answer(
         await run_tools(ctx, turn, step)
 
     await end_step(ctx, turn)
-    return await _transition(ctx, turn, step)
+    return await _transition(ctx, turn, step, paused=assembler.finish.kind == "pause")
 
 
-async def _transition(ctx: StepContext, turn: OpenTurn, step: OpenStep) -> StepOutcome:
-    """After the step: `agent/turn-stop`, then `agent/turn-continuation`."""
+async def _transition(
+    ctx: StepContext, turn: OpenTurn, step: OpenStep, *, paused: bool
+) -> StepOutcome:
+    """After the step: `agent/turn-stop`, then `agent/turn-continuation`. A paused answer
+    continues the turn: the next request re-sends the history, which holds it."""
     stop = await run_until_answer(
         ctx.chain("agent/turn-stop"), ctx.agent, TurnStop(turn.number, step.number)
     )
@@ -267,7 +270,7 @@ async def _transition(ctx: StepContext, turn: OpenTurn, step: OpenStep) -> StepO
             step.number,
             had_tool_calls=bool(step.requested),
             steering_pending=bool(ctx.steering),
-            continue_turn=bool(step.requested) or bool(ctx.steering),
+            continue_turn=bool(step.requested) or bool(ctx.steering) or paused,
         ),
     )
     if not isinstance(decision, Continuation):

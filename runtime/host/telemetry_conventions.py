@@ -88,6 +88,7 @@ FINISH_REASON = {
     "stop": "stop",
     "tool-calls": "tool_call",
     "max-tokens": "length",
+    "pause": "pause_turn",
     "error": "error",
 }
 

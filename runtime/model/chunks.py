@@ -3,6 +3,7 @@ the checks of what providers and tools hand the loop (`check_chunk`, `check_tool
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal, TypeAlias, get_args
 
 from attrs import frozen
@@ -11,8 +12,13 @@ from ...codecs.jsonvalue import MAX_SAFE_INT, check_text
 from ..errors import JsonValueError, StreamProtocolError, ToolOutputError
 from .messages import Block, Reasoning, Text, ToolCall
 
+SUMMARY_JOINER = "\n\n"
+"""Joins the parts of a reasoning summary into `Reasoning.text`."""
+
 BlockKind: TypeAlias = Literal["text", "reasoning", "tool_call"]
-FinishKind: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "error"]
+# `pause`: the provider paused a long turn (Anthropic `pause_turn`); the loop continues it
+# by sending the history, which holds the paused content, as the next step's request.
+FinishKind: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "pause", "error"]
 
 
 @frozen
@@ -68,7 +74,9 @@ class TextDelta:
 @frozen
 class ReasoningDelta:
     """Reasoning text; the optional fields carry `Reasoning`'s opaque replay data (the last
-    value seen for a block wins)."""
+    value seen for a block wins). `part` is the summary part the text belongs to: None for
+    the block's current part (the first, at the start), else the current one or the next
+    (a summary of several parts becomes `Reasoning.parts`)."""
 
     index: int
     text: str
@@ -76,6 +84,7 @@ class ReasoningDelta:
     redacted: str | None = None
     encrypted_content: str | None = None
     item_id: str | None = None
+    part: int | None = None
 
 
 @frozen
@@ -112,6 +121,7 @@ class _OpenBlock:
         "item_id",
         "kind",
         "name",
+        "part_starts",
         "parts",
         "redacted",
         "signature",
@@ -122,12 +132,22 @@ class _OpenBlock:
         self.call_id = call_id
         self.name = name
         self.parts: list[str] = []
+        # Where each summary part after the first starts in `parts`.
+        self.part_starts: list[int] = []
         self.signature: str | None = None
         self.redacted: str | None = None
         self.encrypted_content: str | None = None
         self.item_id: str | None = None
 
     def take(self, delta: ReasoningDelta) -> None:
+        """Fold `delta` (whose text is already in `parts`, last) into the block's data."""
+        current = len(self.part_starts)
+        if delta.part is not None and delta.part != current:
+            if delta.part != current + 1:
+                raise StreamProtocolError(
+                    f"reasoning block delta for summary part {delta.part} after part {current}"
+                )
+            self.part_starts.append(len(self.parts) - 1)
         if delta.signature:
             self.signature = delta.signature
         if delta.redacted:
@@ -142,8 +162,15 @@ class _OpenBlock:
         if self.kind == "text":
             return Text(body)
         if self.kind == "reasoning":
+            parts = None
+            if self.part_starts:
+                bounds = [0, *self.part_starts, len(self.parts)]
+                parts = tuple(
+                    "".join(self.parts[start:end]) for start, end in itertools.pairwise(bounds)
+                )
+                body = SUMMARY_JOINER.join(parts)
             return Reasoning(
-                body, self.signature, self.redacted, self.encrypted_content, self.item_id
+                body, self.signature, self.redacted, self.encrypted_content, self.item_id, parts
             )
         return ToolCall(self.call_id or "", self.name or "", body)
 
@@ -239,6 +266,8 @@ def check_chunk(chunk: object) -> StreamChunk:
         _text(chunk.text, f"{name}.text")
         if isinstance(chunk, ReasoningDelta):
             _text(chunk.signature, f"{name}.signature", optional=True)
+            if chunk.part is not None:
+                _count(chunk.part, f"{name}.part")
     elif isinstance(chunk, ToolCallDelta):
         _count(chunk.index, f"{name}.index")
         _text(chunk.arguments, f"{name}.arguments")

@@ -23,13 +23,16 @@ class Reasoning:
     """A reasoning block. The optional fields are provider-opaque data that must be sent back
     unchanged: `signature` (the provider's proof, Anthropic thinking), `redacted` (the data
     of an Anthropic `redacted_thinking` block), `encrypted_content` and `item_id` (an OpenAI
-    Responses reasoning item)."""
+    Responses reasoning item). `parts` holds a summary that came in several parts (an
+    OpenAI Responses item's `summary_text` parts, replayed as they came); `text` is then
+    those parts joined by a blank line. It is None (canonically absent) for a single part."""
 
     text: str
     signature: str | None = None
     redacted: str | None = None
     encrypted_content: str | None = None
     item_id: str | None = None
+    parts: tuple[str, ...] | None = None
 
 
 @frozen

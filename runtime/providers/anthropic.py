@@ -387,13 +387,8 @@ class _MessagesStreamMapper:
             message = f"{self._provider}: the model refused to answer"
             finish = Finish("error", ErrorInfo(message, ErrorCode.CONTENT_FILTERED))
         elif reason == "pause_turn":
-            # A paused turn is unfinished and must not pass for a completed one; continuing
-            # it (sending the paused content back) is the loop's step, not this stream's.
-            message = (
-                f"{self._provider}: the model paused its turn (stop_reason pause_turn); "
-                "continuing a paused turn is not supported yet"
-            )
-            finish = Finish("error", ErrorInfo(message, ErrorCode.PROVIDER_ERROR))
+            # Unfinished: the loop continues it by sending the paused content back as-is.
+            finish = Finish("pause")
         else:
             finish = Finish("stop")
         return [UsageReport(usage), finish]

@@ -22,6 +22,7 @@ from ...codecs.converter import ordered_fragment
 from ..errors import ErrorCode, ProviderError
 from ..log.request import Request
 from ..model.chunks import (
+    SUMMARY_JOINER,
     BlockEnd,
     BlockKind,
     BlockStart,
@@ -57,7 +58,6 @@ from .settings import HttpOptions, HttpSettings, http_settings
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 _REASONING_MODELS = re.compile(r"(o\d|gpt-[5-9]|codex)")
-_SUMMARY_JOINER = "\n\n"
 _FAILURE_CODES = {
     "context_length_exceeded": ErrorCode.CONTEXT_WINDOW_EXCEEDED,
     "rate_limit_exceeded": ErrorCode.RATE_LIMITED,
@@ -99,7 +99,10 @@ def _reasoning_item(block: Reasoning, store: bool) -> dict[str, Any] | None:
     item: dict[str, Any] = {
         "type": "reasoning",
         "id": block.item_id,
-        "summary": [{"type": "summary_text", "text": block.text}] if block.text else [],
+        "summary": [
+            {"type": "summary_text", "text": text}
+            for text in (block.parts or ((block.text,) if block.text else ()))
+        ],
     }
     if block.encrypted_content is not None:
         item["encrypted_content"] = block.encrypted_content
@@ -294,8 +297,9 @@ class _ResponsesStreamMapper:
     """Turns Responses stream events into our chunk grammar.
 
     A block is opened per output text part (text or refusal), per function call and per
-    reasoning item, in the order they appear; a reasoning item's summary parts are joined by
-    a blank line; each block closes when its output item is done.
+    reasoning item, in the order they appear; a reasoning item's summary parts are kept apart
+    (`ReasoningDelta.part`, so `Reasoning.parts`), its raw text parts are joined by a blank
+    line; each block closes when its output item is done.
     """
 
     def __init__(self, provider: str) -> None:
@@ -354,9 +358,12 @@ class _ResponsesStreamMapper:
                 self._with_text.add(index)
                 return [ToolCallDelta(index, delta)]
             return []
-        if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            part_field = "summary_index" if "summary" in kind else "content_index"
-            return self._reasoning(output, int(payload.get(part_field, 0)), payload.get("delta"))
+        if kind == "response.reasoning_summary_text.delta":
+            return self._summary(output, payload.get("summary_index", 0), payload.get("delta"))
+        if kind == "response.reasoning_text.delta":
+            return self._reasoning(
+                output, int(payload.get("content_index", 0)), payload.get("delta")
+            )
         if kind == "response.output_item.done":
             self._saw_items = True
             return self._done(output, payload.get("item") or {})
@@ -396,9 +403,21 @@ class _ResponsesStreamMapper:
             return []
         previous = self._parts.get(index)
         self._parts[index] = part
-        text = delta if previous in (None, part) else _SUMMARY_JOINER + delta
+        text = delta if previous in (None, part) else SUMMARY_JOINER + delta
         self._with_text.add(index)
         return [ReasoningDelta(index, text)]
+
+    def _summary(self, output: int, part: object, delta: object) -> list[StreamChunk]:
+        """A summary part's text, kept apart from the other parts (`Reasoning.parts`)."""
+        index = self._block((output, 0), "reasoning")
+        if not isinstance(delta, str) or not delta:
+            return []
+        current = self._parts.get(index, 0)
+        if type(part) is not int or part not in (current, current + 1):
+            raise self._protocol(f"reasoning summary part {part!r} after part {current}")
+        self._parts[index] = part
+        self._with_text.add(index)
+        return [ReasoningDelta(index, delta, part=part or None)]
 
     def _done(self, output: int, item: Mapping[str, Any]) -> list[StreamChunk]:
         item_type = item.get("type")
@@ -419,7 +438,10 @@ class _ResponsesStreamMapper:
                     if isinstance(part, dict)
                 ]
                 if any(summary):
-                    out.append(ReasoningDelta(index, _SUMMARY_JOINER.join(summary)))
+                    out += [
+                        ReasoningDelta(index, text, part=part or None)
+                        for part, text in enumerate(summary)
+                    ]
             encrypted = item.get("encrypted_content")
             out.append(
                 ReasoningDelta(

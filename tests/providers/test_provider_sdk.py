@@ -518,9 +518,14 @@ async def test_responses_streams_read_as_the_sdk_reads_them(
     expected: list[Any] = []
     for item in sdk.output:
         if item.type == "reasoning":
-            summary = "\n\n".join(part.text for part in item.summary)
+            texts = tuple(part.text for part in item.summary)
             expected.append(
-                Reasoning(summary, encrypted_content=item.encrypted_content, item_id=item.id)
+                Reasoning(
+                    "\n\n".join(texts),
+                    encrypted_content=item.encrypted_content,
+                    item_id=item.id,
+                    parts=texts if len(texts) > 1 else None,
+                )
             )
         elif item.type == "function_call":
             expected.append(ToolCall(item.call_id, item.name, item.arguments))
@@ -533,3 +538,40 @@ async def test_responses_streams_read_as_the_sdk_reads_them(
     assert ours.usage.prompt_total == sdk.usage.input_tokens
     assert ours.usage.output == sdk.usage.output_tokens
     assert ours.usage.reasoning == sdk.usage.output_tokens_details.reasoning_tokens
+
+
+async def test_a_summary_of_several_parts_is_replayed_as_the_sdk_replays_it(
+    server: SseServer,
+) -> None:
+    """Issue 39 item 11: the parts come back as separate `summary_text` parts, exactly as
+    the SDK sends the reasoning item it parsed from the same stream."""
+    fixture = "responses_reasoning_tool_call.sse"
+    ours_read = assemble(
+        await read_ours(server, openai_provider(server, OpenAIResponsesProvider), fixture)
+    )
+    [reasoning] = [block for block in ours_read.content() if isinstance(block, Reasoning)]
+    assert reasoning.parts is not None and len(reasoning.parts) == 2
+    ours, _headers = await ours_on_the_wire(
+        lambda **kw: OpenAIResponsesProvider(BASE + "/v1", KEY, **kw),
+        request_of(LlmCallConfig("gpt-5"), reasoning),
+        "responses_text_cached.sse",
+    )
+    [our_item] = [item for item in ours["input"] if item["type"] == "reasoning"]
+
+    with openai_client(Capture(fixture_bytes(fixture))).responses.stream(
+        model="m", input="hi"
+    ) as stream:
+        sdk_item = next(
+            item for item in stream.get_final_response().output if item.type == "reasoning"
+        )
+    capture = Capture()
+    drain(
+        openai_client(capture).responses.create(
+            model="gpt-5",
+            input=[sdk_item.model_dump(exclude_none=True, exclude={"status"})],  # type: ignore[list-item]
+            stream=True,
+        )
+    )
+    [sdk_body] = capture.bodies
+    assert our_item == sdk_body["input"][0]
+    assert [part["text"] for part in our_item["summary"]] == list(reasoning.parts)

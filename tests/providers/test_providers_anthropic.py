@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
 import pytest
+from helpers import open_runtime
 from provider_kit import PREFIX, TOOLS, Waits, WireCapture, assemble, fixture_stream
 from sse_server import DROP_BEFORE_RESPONSE, Reply, SseServer, anthropic_stream, json_reply
 
 from actorloop.codecs.converter import ordered_fragment
 from actorloop.codecs.jsonvalue import canonical_json
+from actorloop.runtime import AgentOptions
 from actorloop.runtime.errors import CallConfigError, ProviderError
 from actorloop.runtime.log.request import Request
+from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.chunks import (
     BlockEnd,
     BlockStart,
@@ -298,22 +302,49 @@ async def test_max_tokens_stop_reason(server: SseServer, waits: Waits) -> None:
     assert chunks[-2:] == [UsageReport(TokenUsage(input=5, output=7)), Finish("max-tokens")]
 
 
-async def test_a_paused_turn_is_not_a_completed_one(server: SseServer, waits: Waits) -> None:
-    server.push(
-        anthropic_stream(
-            message_start(input_tokens=5),
-            block_start(0, {"type": "text", "text": ""}),
-            block_delta(0, type="text_delta", text="Searching"),
-            block_stop(0),
-            message_delta("pause_turn", 3),
-            MESSAGE_STOP,
-        )
-    )
+PAUSED = anthropic_stream(
+    message_start(input_tokens=5),
+    block_start(0, {"type": "text", "text": ""}),
+    block_delta(0, type="text_delta", text="Searching"),
+    block_stop(0),
+    message_delta("pause_turn", 3),
+    MESSAGE_STOP,
+)
+
+
+TEXT_SEARCHING = {"type": "text", "text": "Searching"}
+
+
+def uncached(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages without their (moving) cache breakpoints."""
+    return [
+        {**message, "content": [
+            {k: v for k, v in block.items() if k != "cache_control"} for block in message["content"]
+        ]}
+        for message in messages
+    ]  # fmt: skip
+
+
+async def test_a_paused_turn_finishes_pause(server: SseServer, waits: Waits) -> None:
+    server.push(PAUSED)
     chunks = await collect(anthropic(server, waits), make_request(Message.user("hi")))
     assert assemble(chunks).content() == (Text("Searching"),)
-    finish = chunks[-1]
-    assert isinstance(finish, Finish) and finish.kind == "error" and finish.error is not None
-    assert finish.error.code == "PROVIDER_ERROR" and "pause_turn" in finish.error.message
+    assert chunks[-2:] == [UsageReport(TokenUsage(input=5, output=3)), Finish("pause")]
+
+
+async def test_the_loop_continues_a_paused_turn_sending_the_paused_content_back(
+    server: SseServer, waits: Waits
+) -> None:
+    server.push(PAUSED, HELLO)
+    async with open_runtime(anthropic(server, waits)) as rt:
+        agent = await rt.spawn(AgentOptions(model="claude-test"))
+        result = await agent.send("hi")
+        assert (result.reason, result.steps, result.text) == ("completed", 2, "Hello")
+        first, second = (uncached(json.loads(seen.body)["messages"]) for seen in server.requests)
+        # The paused answer goes back as-is, as the last (assistant) message: the model
+        # resumes it.
+        assert second == [*first, {"role": "assistant", "content": [TEXT_SEARCHING]}]
+        assert verify_log(agent.session.meta, agent.session.events).requests_checked == 2
 
 
 async def test_error_event_mid_stream(server: SseServer, waits: Waits) -> None:

@@ -131,7 +131,7 @@ async def test_reasoning_and_function_call_then_replay_from_the_log(
     assert chunks == [
         BlockStart(0, "reasoning"),
         ReasoningDelta(0, "**Checking weather**"),
-        ReasoningDelta(0, "\n\nI will call the tool."),
+        ReasoningDelta(0, "I will call the tool.", part=1),
         ReasoningDelta(0, "", encrypted_content=ENCRYPTED, item_id="rs_01"),
         BlockEnd(0),
         BlockStart(1, "tool_call", call_id="call_Xy12", name="get_weather"),
@@ -147,6 +147,7 @@ async def test_reasoning_and_function_call_then_replay_from_the_log(
             "**Checking weather**\n\nI will call the tool.",
             encrypted_content=ENCRYPTED,
             item_id="rs_01",
+            parts=("**Checking weather**", "I will call the tool."),
         ),
         ToolCall("call_Xy12", "get_weather", '{"city":"Paris"}'),
     )
@@ -161,8 +162,10 @@ async def test_reasoning_and_function_call_then_replay_from_the_log(
         {
             "type": "reasoning",
             "id": "rs_01",
+            # The summary's parts go back as they came, not joined into one.
             "summary": [
-                {"type": "summary_text", "text": "**Checking weather**\n\nI will call the tool."}
+                {"type": "summary_text", "text": "**Checking weather**"},
+                {"type": "summary_text", "text": "I will call the tool."},
             ],
             "encrypted_content": ENCRYPTED,
         },
