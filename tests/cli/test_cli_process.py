@@ -206,7 +206,7 @@ def test_help_loads_click_and_nothing_heavy(tmp_path: Path) -> None:
 
 BUILT = """
 import sys
-from actorloop.runtime.cli.commands import main
+from actorloop.runtime.console import main
 import actorloop.codecs.converter as codec
 try:
     main(sys.argv[1:], prog_name="actorloop")
