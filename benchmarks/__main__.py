@@ -32,6 +32,7 @@ MODULES = (
     "bench_floor",
     "bench_runtime",
     "bench_spawn",
+    "bench_cli",
     "bench_compaction",
     "bench_gate",
     "bench_cache",
@@ -228,6 +229,10 @@ def _serve(report: dict[str, Any]) -> Headlines:
     return out
 
 
+def _cli(report: dict[str, Any]) -> Headlines:
+    return {f"{name}: CPU s": row["cpu_s_median"] for name, row in report["results"].items()}
+
+
 def _codec_peers(report: dict[str, Any]) -> Headlines:
     out: Headlines = {}
     for name, row in report["results"].items():
@@ -253,6 +258,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Headlines]] = {
     "peers": _peers,
     "codec_peers": _codec_peers,
     "serve": _serve,
+    "cli": _cli,
 }
 _SKIP_KEYS = {"environment", "versions", "workload"}
 

@@ -7,7 +7,8 @@ streamable HTTP on a free loopback port and prints `PORT <n>` once it listens. W
 Tools: `echo`, `ordered` (a schema whose keys are not sorted), `fail` (an `isError`
 result), `crash` (the process kills itself mid-call), `stall` (never answers; records the
 cancellation it receives), `wait_stalled` / `wait_cancelled` (answer once a stall runs / a
-cancellation arrived: the tests wait on these, never on time), `add_tool` (adds a tool and
+cancellation arrived: the tests wait on these, never on time), `wait_settled` (answers, once
+no stall runs, how many stalls started and how many were cancelled), `add_tool` (adds a tool and
 sends `notifications/tools/list_changed`), `picture` (an image result).
 """
 
@@ -26,6 +27,7 @@ from mcp.server.mcpserver.utilities.types import Image
 
 server = MCPServer("actorloop-test-kit")
 stalls_running = 0
+stalls_started = 0
 cancellations = 0
 changed = anyio.Event()
 
@@ -64,8 +66,9 @@ def crash() -> str:
 @server.tool()
 async def stall() -> str:
     """Never answer; count the cancellation that ends the call."""
-    global stalls_running, cancellations
+    global stalls_running, stalls_started, cancellations
     stalls_running += 1
+    stalls_started += 1
     _changed()
     try:
         await anyio.sleep_forever()
@@ -95,6 +98,13 @@ async def wait_cancelled(count: int = 1) -> int:
     """Answer once at least `count` cancellations arrived: how many did."""
     await _until(lambda: cancellations >= count)
     return cancellations
+
+
+@server.tool()
+async def wait_settled() -> str:
+    """Answer once no `stall` call runs: `started <n> cancelled <m>`."""
+    await _until(lambda: stalls_running == 0)
+    return f"started {stalls_started} cancelled {cancellations}"
 
 
 @server.tool()
