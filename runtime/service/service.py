@@ -342,9 +342,16 @@ class SessionService:
 
     # ------------------------------------------------------------------ turns
 
-    async def send(self, session_id: str, request: SendMessage) -> TurnOutcome | SessionState:
+    async def send(
+        self,
+        session_id: str,
+        request: SendMessage,
+        *,
+        started: Callable[[int], None] | None = None,
+    ) -> TurnOutcome | SessionState:
         """One turn with `request.content` (docs/spec/runtime.md §15.3, §15.4): its outcome
-        when `wait`, else the session's state once the send is accepted."""
+        when `wait`, else the session's state once the send is accepted. `started` is told
+        the seq the turn's events begin at, once the send holds the run (the UI streams)."""
         self.drain.refuse()
         while True:
             agent = await self.live_agent(session_id)
@@ -370,7 +377,7 @@ class SessionService:
                 )
             ticket = line.enter()
             if request.wait:
-                return await self._run_turn(session_id, request.content, ticket, entry)
+                return await self._run_turn(session_id, request.content, ticket, entry, started)
             self._nursery.start_soon(
                 self._run_in_background, session_id, request.content, ticket, entry
             )
@@ -382,6 +389,7 @@ class SessionService:
         content: Content,
         ticket: Ticket,
         entry: KeyEntry[TurnOutcome] | None,
+        started: Callable[[int], None] | None = None,
     ) -> TurnOutcome:
         line = self._line(session_id)
         try:
@@ -393,6 +401,8 @@ class SessionService:
                 agent = await self.live_agent(session_id)
                 await agent.wait_idle()
                 first_seq = len(agent.session)
+                if started is not None:
+                    started(first_seq)
                 try:
                     result = await agent.send(content)
                 except trio.Cancelled:
