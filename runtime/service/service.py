@@ -111,6 +111,12 @@ class SessionService:
                     unsubscribe()
                 nursery.cancel_scope.cancel()
 
+    @property
+    def nursery(self) -> trio.Nursery:
+        """Where work that outlives its request runs (sends nobody awaits, detached UI
+        stream turns); cancelled when the service closes."""
+        return self._nursery
+
     # ------------------------------------------------------------------ listeners
 
     def _session_started(self, agent: Agent, _kind: str) -> None:

@@ -7,7 +7,7 @@ what the protocol's translator makes of each, from any resume position, to the t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import trio
@@ -93,10 +93,11 @@ def turn_start_before(events: Sequence[SessionEvent], seq: int) -> int | None:
 
 
 class TurnStreamResponse:
-    """The ASGI response: with `content`, send it as one turn and stream that turn; without,
-    stream the turn starting at `start_seq` from `resume` on (a reconnect). A send refused
-    before its turn starts (SESSION_BUSY, a discarded send, ...) gets its JSON error status,
-    not a stream."""
+    """The ASGI response: with `content`, send it as one turn (queued behind a running one)
+    and stream that turn; without, stream the turn starting at `start_seq` from `resume` on
+    (a reconnect). A send refused before its turn starts (a discarded send, a store error)
+    gets its JSON error status, not a stream. The client going away cancels the send (its
+    turn, or its place in line) unless `detach`: then the turn runs on in the service."""
 
     def __init__(
         self,
@@ -109,7 +110,7 @@ class TurnStreamResponse:
         content: Content | None = None,
         start_seq: int | None = None,
         resume: Position | None = None,
-        on_start: Callable[[], None] | None = None,
+        detach: bool = False,
     ) -> None:
         self.service = service
         self.session_id = session_id
@@ -119,7 +120,7 @@ class TurnStreamResponse:
         self.content = content
         self.start_seq = start_seq
         self.resume = resume
-        self.on_start = on_start
+        self.detach = detach
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         with self.service.drain.stream_response():
@@ -140,7 +141,9 @@ class TurnStreamResponse:
                     sent.set()
                 else:
                     try:
-                        start = await nursery.start(self._send_turn, self.content, sent)
+                        # A detached turn runs on when the client goes away (resume it).
+                        owner = self.service.nursery if self.detach else nursery
+                        start = await owner.start(self._send_turn, self.content, sent)
                     except Exception as exc:
                         leaf = sole_error(exc)
                         if not isinstance(leaf, ActorloopError):
@@ -150,7 +153,8 @@ class TurnStreamResponse:
                         return
                 assert start is not None
                 await self._stream(start, send)
-                await sent.wait()  # the turn has ended: its send returns at once
+                if not self.detach:
+                    await sent.wait()  # the turn has ended: its send returns at once
                 watching.cancel()
 
     async def _send_turn(
@@ -171,11 +175,15 @@ class TurnStreamResponse:
 
         try:
             await self.service.send(
-                self.session_id, SendMessage(content, wait=True), started=first_seq
+                self.session_id,
+                SendMessage(content, wait=True, if_busy="queue"),
+                started=first_seq,
             )
-        except ActorloopError as exc:
+        except Exception as exc:
             if not started:
                 raise
+            # The stream already says how the turn ended (its log does); a detached turn
+            # has nobody else to tell.
             log.warning("turn of session %s (UI stream) failed: %r", self.session_id, exc)
             return
         if not started:
@@ -186,8 +194,6 @@ class TurnStreamResponse:
 
     async def _stream(self, start: int, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": list(self.headers)})
-        if self.on_start is not None:
-            self.on_start()
         out, frames = trio.open_memory_channel[bytes](0)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._frames, start, out)

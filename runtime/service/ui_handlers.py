@@ -49,8 +49,8 @@ class UiStreams:
     async def chat(self, request: Request) -> Response:
         """One turn as a UI message stream (the body `useChat` sends)."""
         session_id = request.path_params["id"]
-        content = ui.chat_content(await request.body())
-        self._check(content)
+        chat = ui.chat_request(await request.body())
+        self._check(chat.content)
         await self.service.require(session_id)
         return _Stream(
             TurnStreamResponse(
@@ -59,7 +59,8 @@ class UiStreams:
                 ui.UiMessageTranslator(session_id),
                 headers=ui.HEADERS,
                 ping_seconds=self.ping_seconds,
-                content=content,
+                content=chat.content,
+                detach=chat.detach,
             )
         )
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
+from attrs import frozen
 
 from ..errors import ErrorCode
 from ..model.chunks import (
@@ -107,6 +108,8 @@ class UiMessageTranslator:
                     "toolName": block.name,
                     "input": _input(block.arguments),
                     "dynamic": True,
+                    # The model's own argument text, byte for byte (`input` is parsed).
+                    "providerMetadata": {"actorloop": {"arguments": block.arguments}},
                 }
                 for block in data.content
                 if isinstance(block, ToolCall)
@@ -199,10 +202,19 @@ def _input(arguments: str) -> Any:
 # ------------------------------------------------------------------------- the request
 
 
-def chat_content(raw: bytes) -> Content:
-    """The new user message of a `useChat` request body (`{id, messages, trigger,
-    messageId}`): the text parts of its last message, which must be the user's. The server
-    keeps the conversation; the rest of `messages` is the client's copy of it."""
+@frozen
+class ChatRequest:
+    """A `useChat` request: the new user message, and whether its turn runs on when the
+    client goes away (`detach`, a body field the transport's `body` option adds)."""
+
+    content: Content
+    detach: bool = False
+
+
+def chat_request(raw: bytes) -> ChatRequest:
+    """The request in a `useChat` body (`{id, messages, trigger, messageId}`): the text
+    parts of its last message, which must be the user's. The server keeps the conversation;
+    the rest of `messages` is the client's copy of it."""
     try:
         body = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError as exc:
@@ -235,7 +247,10 @@ def chat_content(raw: bytes) -> Content:
         content.append(Text(text))
     if not content:
         raise InvalidRequestBody("$.messages[-1].parts: no text", ErrorCode.INVALID_CONTENT)
-    return tuple(content)
+    detach = body.get("detach", False)
+    if not isinstance(detach, bool):
+        raise InvalidRequestBody("$.detach: must be true or false")
+    return ChatRequest(tuple(content), detach)
 
 
 # ------------------------------------------------------------------------- the history
@@ -277,8 +292,9 @@ def _step_messages(step: Sequence[Mapping[str, Any]]) -> list[Message]:
             blocks.append(Reasoning(part["text"]))
         elif kind == "dynamic-tool" or kind.startswith("tool-"):
             name = part.get("toolName") or kind.removeprefix("tool-")
+            recorded = (part.get("callProviderMetadata") or {}).get("actorloop", {})
             value = part.get("input")
-            arguments = (
+            arguments = recorded.get("arguments") or (
                 value
                 if isinstance(value, str)
                 else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
