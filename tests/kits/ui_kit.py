@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 
 import httpx
+import trio
 from attrs import frozen
 
 from actorloop.runtime import AgentOptions, Message
@@ -31,7 +32,8 @@ from actorloop.runtime.service.profiles import AppConfig
 class ChattyModel:
     """Step one thinks (`reasoning` deltas), says something (`text` deltas) and calls
     `lookup` (its arguments in `arguments` deltas); the step after the tool result answers
-    in `answer` deltas. A last user message without "lookup" is answered in one step."""
+    in `answer` deltas. A last user message without "lookup" is answered in one step; one
+    with "hold" first waits for `release()` (`entered` is set when it waits)."""
 
     name = "chatty"
 
@@ -43,6 +45,12 @@ class ChattyModel:
         self.arguments = arguments
         self.answer = answer
         self.calls = 0
+        self.entered = trio.Event()
+        self._release = trio.Event()
+
+    def release(self) -> None:
+        """Let held calls answer (and later ones not wait)."""
+        self._release.set()
 
     def model_info(self, model: str) -> ModelInfo | None:
         return ModelInfo(200_000)
@@ -56,6 +64,9 @@ class ChattyModel:
             yield UsageReport(TokenUsage(input=10, output=self.answer))
             yield Finish("stop")
             return
+        if "hold" in last.text:
+            self.entered.set()
+            await self._release.wait()
         if "lookup" not in last.text:
             for chunk in _text(0, "echo ", self.answer):
                 yield chunk
