@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-import trio
+from serve_kit import Running, running_server
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
@@ -65,8 +67,9 @@ def chromium() -> Iterator[Chromium]:
         browser.close()
 
 
-PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{name}</title></head>
-<body><ul id="messages"></ul><script src="/ui-test/{name}.js"></script></body></html>"""
+PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">
+<title>{name}</title></head><body><ul id="messages"></ul>
+<script src="/ui-test/{name}.js"></script></body></html>"""
 
 
 def page_routes(bundles: Path) -> list[Route]:
@@ -144,11 +147,15 @@ def stop_scenario(bridge: Bridge, browser: Browser, url: str, model: ChattyModel
     return result, errors
 
 
+async def _release(model: ChattyModel) -> None:
+    model.release()
+
+
 def resume_scenario(bridge: Bridge, browser: Browser, url: str, model: ChattyModel) -> Any:
     page, errors = open_page(browser, f"{url}/ui-test/chat")
     page.evaluate("() => { window.resumed = chatResume('s3') }")
     page.wait_for_function("() => document.querySelector('#messages li') !== null")
-    model.release()  # a plain call: release() only sets an event
+    bridge.call(_release, model)
     result = page.evaluate("() => window.resumed")
     page.close()
     return result, errors
@@ -170,7 +177,9 @@ async def test_stop_cancels_only_that_turn_and_resume_reattaches(
         # Another session still answers; a held turn there is resumed by a fresh page.
         answer = await client.post("/v1/sessions/s2/messages", json={"content": "hi"})
         assert answer.status_code == 200
-        started = await client.post("/v1/sessions/s3/messages", json={"content": "hold", "wait": False})
+        started = await client.post(
+            "/v1/sessions/s3/messages", json={"content": "hold", "wait": False}
+        )
         assert started.status_code == 202
         result, errors = await chromium.run(resume_scenario, server.url, model)
         assert errors == [] and result["status"] == "ready"
@@ -183,21 +192,12 @@ async def test_stop_cancels_only_that_turn_and_resume_reattaches(
         assert messages_from_ui(result["messages"]) == third.session.derive_messages()[1:]
 
 
-def running(bundles: Path) -> Any:
+@asynccontextmanager
+async def running(bundles: Path) -> AsyncIterator[tuple[Running, httpx.AsyncClient, ChattyModel]]:
     """A server with the test pages at /ui-test/, its client and its model."""
-    from contextlib import asynccontextmanager
-
-    from serve_kit import running_server
-
-    @asynccontextmanager
-    async def started() -> Any:
-        model = ChattyModel()
-        routes = page_routes(bundles)
-        async with running_server(chatty_config(model), routes=routes) as server:
-            async with server.client() as client:
-                yield server, client, model
-
-    return started()
-
-
-_ = (Callable, trio)
+    model = ChattyModel()
+    async with (
+        running_server(chatty_config(model), routes=page_routes(bundles)) as server,
+        server.client() as client,
+    ):
+        yield server, client, model
