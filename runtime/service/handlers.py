@@ -269,6 +269,10 @@ class Handlers:
         """One turn as an AI SDK UI message stream."""
         return await self.ui.chat(request)
 
+    async def chat_messages(self, request: Request) -> Response:
+        """The conversation as UI messages."""
+        return await self.ui.chat_messages(request)
+
     async def chat_stream(self, request: Request) -> Response:
         """Resume a UI message stream."""
         return await self.ui.chat_stream(request)

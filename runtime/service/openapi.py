@@ -285,6 +285,14 @@ DOCS: dict[str, Doc] = {
         (409, 415, 422),
         (),
     ),
+    "getChatMessages": Doc(
+        "The session's conversation as AI SDK UI messages (`useChat`'s initial messages): "
+        "`{id, messages}`, one assistant message per run of steps, tool results on their "
+        "calls' parts.",
+        {200: {"description": "The UI messages.", "content": {"application/json": {}}}},
+        (409,),
+        (),
+    ),
     "resumeChatStream": Doc(
         "The UI message stream of the turn a client was cut off in: after Last-Event-ID "
         "(`<seq>` or `<seq>.<part>`), or the open turn from its start; 204 when none runs.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from contextlib import suppress
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -63,6 +64,13 @@ class UiStreams:
                 detach=chat.detach,
             )
         )
+
+    async def chat_messages(self, request: Request) -> Response:
+        """The session's conversation as UI messages (`useChat`'s initial `messages`)."""
+        session_id = request.path_params["id"]
+        session = await self.service.session(session_id)
+        body = {"id": session_id, "messages": ui.ui_messages(session_id, session.derive_messages())}
+        return Response(orjson.dumps(body), media_type="application/json")
 
     async def chat_stream(self, request: Request) -> Response:
         """The turn a UI message stream was cut off in: from `Last-Event-ID` on, or the

@@ -256,6 +256,56 @@ def chat_request(raw: bytes) -> ChatRequest:
 # ------------------------------------------------------------------------- the history
 
 
+def ui_messages(session_id: str, messages: Sequence[Message]) -> list[JsonObject]:
+    """The log's messages (`derive_messages()`) as the UI messages a client shows: a user
+    message of text, then one assistant message holding every step up to the next one
+    (`step-start` before each step, tool results on their calls' parts). The inverse of
+    `messages_from_ui` (what `useChat` takes as its initial `messages`)."""
+    out: list[JsonObject] = []
+    tools: dict[str, JsonObject] = {}
+    for index, message in enumerate(messages):
+        results = [block for block in message.content if isinstance(block, ToolResult)]
+        if message.role == "user" and results and out and out[-1]["role"] == "assistant":
+            for result in results:
+                part = tools.get(result.tool_call_id)
+                if part is not None:
+                    _settle(part, result)
+            continue
+        if message.role == "user":
+            texts = [block.text for block in message.content if isinstance(block, Text)]
+            parts = [{"type": "text", "text": text} for text in texts]
+            out.append({"id": f"{session_id}/m{index}", "role": "user", "parts": parts})
+            continue
+        if not out or out[-1]["role"] != "assistant":
+            out.append({"id": f"{session_id}/m{index}", "role": "assistant", "parts": []})
+        steps = out[-1]["parts"]
+        steps.append({"type": "step-start"})
+        for block in message.content:
+            if isinstance(block, Text):
+                steps.append({"type": "text", "text": block.text, "state": "done"})
+            elif isinstance(block, Reasoning):
+                steps.append({"type": "reasoning", "text": block.text, "state": "done"})
+            elif isinstance(block, ToolCall):
+                tools[block.id] = {
+                    "type": "dynamic-tool",
+                    "toolName": block.name,
+                    "toolCallId": block.id,
+                    "state": "input-available",
+                    "input": _input(block.arguments),
+                    "callProviderMetadata": {"actorloop": {"arguments": block.arguments}},
+                }
+                steps.append(tools[block.id])
+    return out
+
+
+def _settle(part: JsonObject, result: ToolResult) -> None:
+    texts = [block.text for block in result.content]
+    if result.is_error:
+        part.update(state="output-error", errorText="".join(texts))
+    else:
+        part.update(state="output-available", output=texts[0] if len(texts) == 1 else texts)
+
+
 def messages_from_ui(ui_messages: Iterable[Mapping[str, Any]]) -> tuple[Message, ...]:
     """The log's messages (`Session.derive_messages()`) read back from the UI messages a
     client built from the stream: one assistant message per step (`step-start`), then one

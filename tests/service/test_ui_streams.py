@@ -17,7 +17,7 @@ import trio.testing
 from serve_kit import HeldModel, app_config_for, running_server
 from ui_kit import ChattyModel, Frame, chat_body, chatty_config, frames
 
-from actorloop.runtime.service.ui_message_stream import DONE
+from actorloop.runtime.service.ui_message_stream import DONE, messages_from_ui
 
 FULL = os.environ.get("ACTORLOOP_UI_RESUME_FULL") == "1"
 BIG = {"reasoning": 40, "text": 60, "arguments": 20, "answer": 52}
@@ -51,8 +51,12 @@ async def test_a_tool_using_turn_as_a_ui_message_stream() -> None:
         assert all(frame_id is not None for frame_id in ids)
         seqs = [int(str(frame_id).split(".")[0]) for frame_id in ids]
         assert seqs == sorted(seqs)
-        session = server.service.runtime.get("s1")
-        assert session is not None and session.session.last_turn == 1
+        agent = server.service.runtime.get("s1")
+        assert agent is not None and agent.session.last_turn == 1
+        # The conversation as UI messages, for a page that loads it (useChat's messages).
+        history = (await client.get("/v1/sessions/s1/chat")).json()
+        assert history["id"] == "s1"
+        assert messages_from_ui(history["messages"]) == agent.session.derive_messages()
 
 
 async def test_resume_from_every_frame_of_a_200_event_turn_replays_the_rest() -> None:

@@ -27,6 +27,7 @@ from actorloop.runtime.service.ui_message_stream import (
     UiMessageTranslator,
     chat_request,
     messages_from_ui,
+    ui_messages,
 )
 
 
@@ -198,3 +199,17 @@ def test_a_chat_body_can_ask_for_a_detached_turn() -> None:
         chat_request(orjson.dumps({**body, "detach": "yes"}))
     with pytest.raises(InvalidRequestBody):
         chat_request(b"not json")
+
+
+async def test_the_log_as_ui_messages_reads_back_as_itself() -> None:
+    events, derived = await turn_log()
+    shown = ui_messages("s1", derived)
+    assert [message["role"] for message in shown] == ["user", "assistant"]
+    tool = next(part for part in shown[1]["parts"] if part["type"] == "dynamic-tool")
+    assert tool["state"] == "output-available" and tool["input"] == {"query": "xx"}
+    assert messages_from_ui(shown) == derived
+    user = {"role": "user", "parts": [{"type": "text", "text": "lookup please"}]}
+    translator = UiMessageTranslator("s1")
+    folded = fold_ui([part for event in events for part in translator.parts(event)])
+    assert [p["type"] for p in shown[1]["parts"]] == [p["type"] for p in folded["parts"]]
+    assert messages_from_ui([user, folded]) == messages_from_ui(shown)
