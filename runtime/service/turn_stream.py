@@ -15,7 +15,7 @@ from attrs import frozen
 from starlette.types import Receive, Scope, Send
 
 from ..errors import ActorloopError, AgentBusy, sole_error
-from ..model.events import SessionEvent, TurnStart
+from ..model.events import SessionEvent, TurnEnd, TurnStart
 from ..model.messages import Content
 from .bodies import SendMessage
 from .errors import InvalidRequestBody, response_for
@@ -233,7 +233,7 @@ class TurnStreamResponse:
                         for part, frame in event_frames(event, payloads):
                             if self.resume is None or not self.resume.sent(event.seq, part):
                                 await out.send(frame)
-                        if event.type == "turn/end" and getattr(data, "turn", None) == turn:
+                        if isinstance(data, TurnEnd) and data.turn == turn:
                             break
                 nursery.cancel_scope.cancel()
             for frame in self.translator.closing():

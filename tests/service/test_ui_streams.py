@@ -137,6 +137,10 @@ async def test_a_reconnect_at_another_postgres_instance_resumes_the_stream(pg_ur
             assert _normal(head + tail, sid) == _normal(whole, "pg1"), cut
         assert b.service.runtime.get("pg1") is None  # b read the durable log only
         assert model_b.calls == 0
+        # A new turn is the owner's to run: asked elsewhere, it is refused before any stream.
+        elsewhere = await at_b.post("/v1/sessions/pg1/chat", json=chat_body("hi"))
+        assert elsewhere.status_code == 409, elsewhere.text
+        assert model_b.calls == 0
 
 
 async def test_going_away_while_queued_withdraws_only_that_send() -> None:
