@@ -106,9 +106,10 @@ class UiStreams:
             from . import agui
         except ImportError:
             return error_response(
-                501,
+                404,
                 ErrorCode.NOT_FOUND,
-                "AG-UI needs the ag-ui-protocol package: pip install 'actorloop[agui]'",
+                "this server has no AG-UI route: it needs the ag-ui-protocol package "
+                "(pip install 'actorloop[agui]')",
             )
         run = agui.run_input(await request.body())
         session_id = run.thread_id
