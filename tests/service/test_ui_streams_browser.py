@@ -2,8 +2,8 @@
 over the system browser) against a real server: a page on the `ai` package's chat
 (`AbstractChat`, what `useChat` wraps, with its `DefaultChatTransport`) and one on
 `@ag-ui/client`'s `HttpAgent` render a tool-using turn, and the messages each rebuilt equal
-the session's `derive_messages()`; the chat's stop() cancels its turn only, and its
-resumeStream() reattaches to a running turn.
+the session's `derive_messages()`; the chat's stop() and the agent's abortRun() cancel
+their own turn only, and the chat's resumeStream() reattaches to a running turn.
 
 The page scripts are bundled from tests/js/src with esbuild (tests/js: `npm ci`, which
 .ci/run does). Without node, the npm packages or /usr/bin/chromium these tests are skipped,
@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 from serve_kit import Running, running_server
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -147,6 +148,15 @@ def stop_scenario(bridge: Bridge, browser: Browser, url: str, model: ChattyModel
     return result, errors
 
 
+def agui_abort_scenario(bridge: Bridge, browser: Browser, url: str, model: ChattyModel) -> Any:
+    page, errors = open_page(browser, f"{url}/ui-test/agui")
+    page.evaluate("() => aguiStart('thread-2', 'hold on')")
+    bridge.call(model.entered.wait)  # the run's turn is under way: its model call is held
+    outcome = page.evaluate("() => aguiAbort()")
+    page.close()
+    return outcome, errors
+
+
 async def _release(model: ChattyModel) -> None:
     model.release()
 
@@ -161,12 +171,20 @@ def resume_scenario(bridge: Bridge, browser: Browser, url: str, model: ChattyMod
     return result, errors
 
 
-async def test_stop_cancels_only_that_turn_and_resume_reattaches(
+async def test_stop_and_abort_cancel_only_their_turn_and_resume_reattaches(
     chromium: Chromium, bundles: Path
 ) -> None:
     async with running(bundles) as (server, client, model):
         for sid in ("s1", "s2", "s3"):
             await client.post("/v1/sessions", json={"session_id": sid})
+        outcome, errors = await chromium.run(agui_abort_scenario, server.url, model)
+        assert errors == [] and outcome == "finished", outcome
+        thread = server.service.runtime.get("thread-2")
+        assert thread is not None
+        await thread.wait_idle()
+        end = thread.session.events[-1]
+        assert (end.type, end.data.reason.kind) == ("turn/end", "aborted")
+        model.entered = trio.Event()
         result, errors = await chromium.run(stop_scenario, server.url, model)
         assert errors == [] and result["status"] == "ready"
         agent = server.service.runtime.get("s1")

@@ -22,3 +22,17 @@ window.aguiTurn = async (threadId, text) => {
   render(agent.messages);
   return { result: result ?? null, messages: agent.messages };
 };
+
+window.aguiStart = (threadId, text) => {
+  window.agent = new HttpAgent({ url: "/v1/ag-ui", threadId });
+  window.agent.addMessage({ id: "u1", role: "user", content: text });
+  window.running = window.agent.runAgent({ runId: "client-run" }).then(
+    () => "finished",
+    (error) => `failed: ${error}`,
+  );
+};
+
+window.aguiAbort = async () => {
+  window.agent.abortRun();
+  return await window.running;
+};
