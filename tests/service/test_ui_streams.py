@@ -4,8 +4,10 @@ message stream of a tool-using turn (headers, parts, ids), its resume from every
 PostgreSQL-backed instance — the stop rules (a client going away cancels its turn only, also
 while its send waits in line), and an AG-UI run.
 
-The live cut-and-resume test cuts at every 10th frame by default; with
-ACTORLOOP_UI_RESUME_FULL=1 it cuts at every frame (one fresh session per cut)."""
+The replay after the turn resumes after every frame. By default the live cut-and-resume
+test cuts at every 10th frame and the other instance replays from every 25th; with
+ACTORLOOP_UI_RESUME_FULL=1 both take every frame (one fresh session per live cut; measured
+at about 40 s)."""
 
 from __future__ import annotations
 
@@ -118,7 +120,7 @@ async def test_a_reconnect_at_another_postgres_instance_resumes_the_stream(pg_ur
         await at_a.post("/v1/sessions", json={"session_id": "pg1"})
         async with at_a.stream("POST", "/v1/sessions/pg1/chat", json=chat_body("lookup")) as r:
             whole = await frames(r)
-        cuts = range(len(whole) - 1) if FULL else range(0, len(whole) - 1, 7)
+        cuts = range(len(whole) - 1) if FULL else range(0, len(whole) - 1, 25)
         for index in cuts:
             headers = {"Last-Event-ID": str(whole[index].id)}
             async with at_b.stream("GET", "/v1/sessions/pg1/chat/stream", headers=headers) as r:
