@@ -39,6 +39,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", "/v1/sessions/{id}/fork", "fork", "fork", body=Fork),
     Endpoint("POST", "/v1/sessions/{id}/resume", "resume", "resume", body=Resume),
     Endpoint("GET", "/v1/sessions/{id}/events", "events", "streamEvents", ("after", "follow")),
+    Endpoint("POST", "/v1/sessions/{id}/chat", "chat", "chat"),
+    Endpoint("GET", "/v1/sessions/{id}/chat", "chat_messages", "getChatMessages"),
+    Endpoint("GET", "/v1/sessions/{id}/chat/stream", "chat_stream", "resumeChatStream"),
+    Endpoint("POST", "/v1/ag-ui", "ag_ui", "runAgUi"),
     Endpoint("GET", "/v1/sessions/{id}/requests/{seq}", "rebuilt_request", "getRequest"),
     Endpoint("GET", "/v1/sessions/{id}/verify", "verify", "verifySession"),
 )

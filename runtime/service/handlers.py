@@ -25,6 +25,7 @@ from .errors import InvalidRequestBody
 from .schemas import Digests, RequestDetail, to_json
 from .service import SessionService
 from .stream import produce_events
+from .ui_handlers import UiStreams
 
 MAX_SEQ = 9_007_199_254_740_991
 
@@ -163,6 +164,7 @@ class Handlers:
         self.openapi = openapi
         self.max_message_chars = max_message_chars
         self.ping_seconds = ping_seconds
+        self.ui = UiStreams(service, ping_seconds=ping_seconds, max_message_chars=max_message_chars)
 
     async def health(self, _request: Request) -> Response:
         """Liveness; 503 while draining."""
@@ -262,6 +264,22 @@ class Handlers:
             ping=self.ping_seconds,
             sep="\n",
         )
+
+    async def chat(self, request: Request) -> Response:
+        """One turn as an AI SDK UI message stream."""
+        return await self.ui.chat(request)
+
+    async def chat_messages(self, request: Request) -> Response:
+        """The conversation as UI messages."""
+        return await self.ui.chat_messages(request)
+
+    async def chat_stream(self, request: Request) -> Response:
+        """Resume a UI message stream."""
+        return await self.ui.chat_stream(request)
+
+    async def ag_ui(self, request: Request) -> Response:
+        """One AG-UI run."""
+        return await self.ui.ag_ui(request)
 
     async def rebuilt_request(self, request: Request) -> Response:
         """The exact request behind one model answer."""

@@ -276,6 +276,48 @@ DOCS: dict[str, Doc] = {
         (409, 422),
         (LAST_EVENT_ID,),
     ),
+    "chat": Doc(
+        "One turn as an AI SDK UI message stream (v1): the body `useChat`'s default "
+        "transport sends (`{id, messages, trigger}`; the last message is the new user "
+        "message), Server-Sent Events of UI message parts out, `data: [DONE]` last. "
+        "Closing the request cancels the turn (docs/serve.md).",
+        {200: {"description": "A UI message stream.", "content": {"text/event-stream": {}}}},
+        (409, 415, 422),
+        (),
+    ),
+    "getChatMessages": Doc(
+        "The session's conversation as AI SDK UI messages (`useChat`'s initial messages): "
+        "`{id, messages}`, one assistant message per run of steps, tool results on their "
+        "calls' parts.",
+        {200: {"description": "The UI messages.", "content": {"application/json": {}}}},
+        (409,),
+        (),
+    ),
+    "resumeChatStream": Doc(
+        "The UI message stream of the turn a client was cut off in: after Last-Event-ID "
+        "(`<seq>` or `<seq>.<part>`), or the open turn from its start; 204 when none runs.",
+        {
+            200: {"description": "A UI message stream.", "content": {"text/event-stream": {}}},
+            204: {"description": "No turn runs."},
+        },
+        (409, 422),
+        (
+            {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string", "pattern": "^[0-9]{1,16}(\\.[0-9]{1,6})?$"},
+                "description": "The id of the last frame received.",
+            },
+        ),
+    ),
+    "runAgUi": Doc(
+        "One AG-UI run: a RunAgentInput in (thread id = session id, created on its first "
+        "run), AG-UI events out as Server-Sent Events (run id = turn number).",
+        {200: {"description": "AG-UI events.", "content": {"text/event-stream": {}}}},
+        (409, 415, 422),
+        (),
+    ),
     "getRequest": Doc(
         "The exact request the assistant/message at `seq` answered, rebuilt from "
         "the log, its digest checked against the recorded one.",

@@ -111,6 +111,12 @@ class SessionService:
                     unsubscribe()
                 nursery.cancel_scope.cancel()
 
+    @property
+    def nursery(self) -> trio.Nursery:
+        """Where work that outlives its request runs (sends nobody awaits, detached UI
+        stream turns); cancelled when the service closes."""
+        return self._nursery
+
     # ------------------------------------------------------------------ listeners
 
     def _session_started(self, agent: Agent, _kind: str) -> None:
@@ -342,9 +348,16 @@ class SessionService:
 
     # ------------------------------------------------------------------ turns
 
-    async def send(self, session_id: str, request: SendMessage) -> TurnOutcome | SessionState:
+    async def send(
+        self,
+        session_id: str,
+        request: SendMessage,
+        *,
+        started: Callable[[int], None] | None = None,
+    ) -> TurnOutcome | SessionState:
         """One turn with `request.content` (docs/spec/runtime.md §15.3, §15.4): its outcome
-        when `wait`, else the session's state once the send is accepted."""
+        when `wait`, else the session's state once the send is accepted. `started` is told
+        the seq the turn's events begin at, once the send holds the run (the UI streams)."""
         self.drain.refuse()
         while True:
             agent = await self.live_agent(session_id)
@@ -370,7 +383,7 @@ class SessionService:
                 )
             ticket = line.enter()
             if request.wait:
-                return await self._run_turn(session_id, request.content, ticket, entry)
+                return await self._run_turn(session_id, request.content, ticket, entry, started)
             self._nursery.start_soon(
                 self._run_in_background, session_id, request.content, ticket, entry
             )
@@ -382,6 +395,7 @@ class SessionService:
         content: Content,
         ticket: Ticket,
         entry: KeyEntry[TurnOutcome] | None,
+        started: Callable[[int], None] | None = None,
     ) -> TurnOutcome:
         line = self._line(session_id)
         try:
@@ -393,6 +407,8 @@ class SessionService:
                 agent = await self.live_agent(session_id)
                 await agent.wait_idle()
                 first_seq = len(agent.session)
+                if started is not None:
+                    started(first_seq)
                 try:
                     result = await agent.send(content)
                 except trio.Cancelled:

@@ -111,6 +111,24 @@ async def _interrupt(rt: Runtime, agent: Agent, sched: Schedule) -> None:
         agent.cancel(f"torture {sched.seed}", keep_inbox=sched.action == "cancel-keep")
 
 
+async def _cut_a_late_stall(rt: Runtime, agent: Agent, finished: trio.Event) -> None:
+    """A cut that came before the turn ran (a cancel that keeps the inbox, or one before the
+    send was taken) leaves the stall to come: cancel it once the server holds it, unless the
+    send came back first."""
+    async with trio.open_nursery() as nursery:
+
+        async def cut() -> None:
+            await rt.mcp.call("kit", "wait_stalled", {})
+            agent.cancel("torture: the late stall")
+
+        async def returned() -> None:
+            await finished.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(cut)
+        nursery.start_soon(returned)
+
+
 async def _texts(rt: Runtime, tool: str) -> str:
     result = await rt.mcp.call("kit", tool, {})
     return "".join(block.text for block in result.content)
@@ -119,16 +137,21 @@ async def _texts(rt: Runtime, tool: str) -> str:
 async def run_schedule(rt: Runtime, sched: Schedule) -> None:
     agent = await rt.spawn(OPTIONS)
     outcome: list[Any] = []
+    finished = trio.Event()
 
     async def send() -> None:
         try:
             outcome.append(await agent.send(sched.plan))
         except AgentClosed:
             outcome.append("closed")
+        finally:
+            finished.set()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(send)
         await _interrupt(rt, agent, sched)
+        if "stall" in sched.tools:
+            await _cut_a_late_stall(rt, agent, finished)
     [result] = outcome
     if result != "closed":
         # A dispose that comes before the send was taken discards it.
