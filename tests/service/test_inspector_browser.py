@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-import trio
+from browser_kit import CHROMIUM, Bridge, Chromium
 from inspector_kit import DemoStore, GateModel, demo_store, gate_config
 from serve_kit import Running, running_server
 
@@ -26,16 +25,6 @@ from actorloop.runtime.log.cache_health import cache_health
 from actorloop.runtime.stores.loading import load_session
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path(os.environ.get("ACTORLOOP_CHROMIUM", "/usr/bin/chromium"))
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 VIEWPORT = {"width": 1280, "height": 860}
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -45,51 +34,7 @@ if not CHROMIUM.exists() and not os.environ.get("CI"):
         allow_module_level=True,
     )
 
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
-
-T = TypeVar("T")
-
-
-class Bridge:
-    """Lets a browser scenario (in the browser's thread) run work in the test's trio run."""
-
-    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
-        self._token = token
-
-    def call(self, work: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run `work(*args)` in the trio run and return its result."""
-        return trio.from_thread.run(work, *args, trio_token=self._token)
-
-
-class Chromium:
-    """One headless Chromium for the module, in a thread of its own (Playwright's sync API
-    belongs to the thread that started it; the server runs in the test's trio thread)."""
-
-    def __init__(self) -> None:
-        assert CHROMIUM.exists(), f"no Chromium at {CHROMIUM}: .ci/run installs it"
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="chromium")
-        self.browser: Browser = self._pool.submit(self._start).result()
-
-    def _start(self) -> Browser:
-        self._playwright = sync_playwright().start()
-        # Playwright gives every launch a fresh temporary profile (its own --user-data-dir).
-        return self._playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=FLAGS
-        )
-
-    async def run(self, scenario: Callable[..., T], *args: Any) -> T:
-        """Run `scenario(bridge, browser, *args)` in the browser's thread."""
-        bridge = Bridge(trio.lowlevel.current_trio_token())
-        future = self._pool.submit(scenario, bridge, self.browser, *args)
-        return await trio.to_thread.run_sync(future.result)
-
-    def close(self) -> None:
-        def stop() -> None:
-            self.browser.close()
-            self._playwright.stop()
-
-        self._pool.submit(stop).result()
-        self._pool.shutdown()
+from playwright.sync_api import Browser, Page  # noqa: E402
 
 
 @pytest.fixture(scope="module")

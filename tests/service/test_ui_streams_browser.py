@@ -48,8 +48,8 @@ if MISSING:
         pytest.fail(f"missing {', '.join(MISSING)}: .ci/run installs them", pytrace=False)
     pytest.skip(f"missing {', '.join(MISSING)} (.ci/run installs them)", allow_module_level=True)
 
+from browser_kit import Bridge, Chromium  # noqa: E402
 from playwright.sync_api import Browser, Page  # noqa: E402
-from test_inspector_browser import Bridge, Chromium  # noqa: E402
 
 
 @pytest.fixture(scope="module")
