@@ -35,6 +35,7 @@ from .bodies import (
     SendMessage,
 )
 from .drain import Drain
+from .durable_keys import Claimed, DurableKeys, Replay, ReplayFlag
 from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
 from .outcomes import outcome_from_log, turn_outcome, usage_json
@@ -76,10 +77,15 @@ class SessionService:
         nursery: trio.Nursery,
         *,
         keys: IdempotencyKeys[TurnOutcome] | None = None,
+        durable: DurableKeys | None = None,
     ) -> None:
         self.runtime = runtime
         self.profiles = profiles
         self.keys: IdempotencyKeys[TurnOutcome] = keys or IdempotencyKeys()
+        """The keys whose requests run in this process (who waits for which turn)."""
+        self.durable = durable or DurableKeys(runtime.store, self.keys.ttl)
+        """The keys in the store: what a retry after a restart or a failover finds."""
+        self._claims: dict[KeyEntry[TurnOutcome], Claimed] = {}
         self.drain = Drain()
         self._nursery = nursery
         self._options = {profile.name: profile.build(runtime) for profile in profiles}
@@ -342,28 +348,52 @@ class SessionService:
 
     # ------------------------------------------------------------------ turns
 
-    async def send(self, session_id: str, request: SendMessage) -> TurnOutcome | SessionState:
+    async def send(
+        self, session_id: str, request: SendMessage, replay: ReplayFlag | None = None
+    ) -> TurnOutcome | SessionState:
         """One turn with `request.content` (docs/spec/runtime.md §15.3, §15.4): its outcome
-        when `wait`, else the session's state once the send is accepted."""
+        when `wait`, else the session's state once the send is accepted. A send whose key
+        already has an outcome (kept by the store) gets it, and `replay` says so."""
         self.drain.refuse()
+        flag = replay or ReplayFlag()
         while True:
             agent = await self.live_agent(session_id)
             entry: KeyEntry[TurnOutcome] | None = None
             if request.idempotency_key is not None:
-                entry, first = self.keys.claim(session_id, request.idempotency_key, request.content)
+                key = request.idempotency_key
+                decision = await self.durable.begin_send(
+                    session_id, key, request.content, agent.session.events
+                )
+                if isinstance(decision, Replay):
+                    flag.replayed = True
+                    if not request.wait:
+                        return SessionState(session_id, self.status_of(session_id))
+                    return decision.outcome
+                entry, first = self.keys.claim(session_id, key, request.content)
+                if first and decision is None:
+                    # Our own claim, being forgotten right now: claim again.
+                    self.keys.forget(entry)
+                    await trio.lowlevel.checkpoint()
+                    continue
                 if not first:
+                    if decision is not None:
+                        await self.durable.forget(decision)
+                    flag.replayed = True
                     if not request.wait:
                         return SessionState(
                             session_id, "running" if entry.running else self.status_of(session_id)
                         )
                     outcome = await entry.wait()
                     if outcome is None:
+                        flag.replayed = False
                         continue  # its first request started no turn: this one may
                     return outcome
+                assert decision is not None
+                self._claims[entry] = decision
             line = self._line(session_id)
             if request.if_busy == "reject" and (line.busy or agent.status == "running"):
                 if entry is not None:
-                    self.keys.forget(entry)
+                    await self._forget(entry)
                 raise AgentBusy(
                     f"session {session_id!r} has a turn running or queued; wait for its "
                     'turn/end, steer or cancel it, or send with "if_busy": "queue"'
@@ -399,21 +429,35 @@ class SessionService:
                     # The caller went away: its turn was ended (caller cancellation); the
                     # key remembers how, from the log.
                     if entry is not None:
-                        self.keys.settle(
+                        await self._settle(
                             entry,
                             outcome_from_log(session_id, agent.session.events_since(first_seq)),
                         )
                     raise
                 outcome = turn_outcome(session_id, result)
             if entry is not None:
-                self.keys.settle(entry, outcome)
+                await self._settle(entry, outcome)
             return outcome
         finally:
             if entry is not None and entry.running:
-                self.keys.forget(entry)
+                await self._forget(entry)
             line.leave(ticket)
             if not line.busy and self._lines.get(session_id) is line:
                 del self._lines[session_id]
+
+    async def _settle(self, entry: KeyEntry[TurnOutcome], outcome: TurnOutcome) -> None:
+        """The key's turn ended: here and in the store."""
+        self.keys.settle(entry, outcome)
+        claim = self._claims.pop(entry, None)
+        if claim is not None:
+            await self.durable.settle(claim, outcome)
+
+    async def _forget(self, entry: KeyEntry[TurnOutcome]) -> None:
+        """The key's request started no turn: forgotten here and in the store."""
+        self.keys.forget(entry)
+        claim = self._claims.pop(entry, None)
+        if claim is not None:
+            await self.durable.forget(claim)
 
     async def _run_in_background(
         self,
