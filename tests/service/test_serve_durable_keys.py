@@ -173,3 +173,27 @@ async def test_keys_survive_kill_9_of_the_owner(tmp_path: Path, pg_url: str) -> 
         f"\nkill -9 of the owner: {SESSIONS} sessions, {replays} replayed, {duplicates} duplicates"
     )
     assert duplicates == 0
+
+
+async def test_a_key_sent_to_another_instance_reaches_the_owner(pg_url: str) -> None:
+    """The header travels with a request handed to the session's owner: two sends of one key
+    through the instance that does not own the session start one turn."""
+    url = f"{pg_url}{'&' if '?' in pg_url else '?'}lease_s=2&poll_s=0.05"
+    async with (
+        running_server(app_config_for(HeldModel(), url), store=url) as owner,
+        running_server(app_config_for(HeldModel(), url), store=url) as other,
+        owner.client() as at_owner,
+        other.client() as elsewhere,
+    ):
+        assert (await at_owner.post("/v1/sessions", json={"session_id": "r"})).status_code == 201
+        answers = [
+            await elsewhere.post(
+                "/v1/sessions/r/messages",
+                json={"content": "once"},
+                headers={"Idempotency-Key": "k"},
+            )
+            for _ in range(2)
+        ]
+        assert [a.status_code for a in answers] == [200, 200]
+        assert answers[0].json() == answers[1].json()
+    assert await turns_with(url, "r", "once") == 1
