@@ -26,7 +26,7 @@ from ..model.messages import Content
 from ..stores.base import Store
 from ..stores.idempotency import DEFAULT_RETENTION_S, KeyRecord, key_table, now_ms, settled
 from .errors import IdempotencyKeyReused
-from .idempotency import fingerprint
+from .idempotency import IdempotencyKeys, KeyEntry, fingerprint
 from .outcomes import outcome_from_log
 from .schemas import TurnOutcome, plain
 
@@ -198,6 +198,51 @@ class DurableKeys:
                     await self.table.forget(record.session_id, record.key, self.owner)
             del self._running[slot]
             done.set()
+
+
+class SendKeys:
+    """A send's key both here (who waits for which turn) and in the store."""
+
+    def __init__(self, local: IdempotencyKeys[TurnOutcome], durable: DurableKeys) -> None:
+        self.local = local
+        self.durable = durable
+        self._claims: dict[KeyEntry[TurnOutcome], Claimed] = {}
+
+    async def begin(
+        self, session_id: str, key: str, content: Content, events: Sequence[SessionEvent]
+    ) -> Replay | tuple[KeyEntry[TurnOutcome], bool] | None:
+        """Replay: the key's outcome. (entry, True): run the turn, then `settle` or
+        `forget` it. (entry, False): the key's turn runs in this process; wait on it.
+        None: this process's own claim was being forgotten; begin again."""
+        decision = await self.durable.begin_send(session_id, key, content, events)
+        if isinstance(decision, Replay):
+            return decision
+        entry, first = self.local.claim(session_id, key, content)
+        if first and decision is None:
+            self.local.forget(entry)
+            await trio.lowlevel.checkpoint()
+            return None
+        if not first:
+            if decision is not None:
+                await self.durable.forget(decision)
+            return entry, False
+        assert decision is not None
+        self._claims[entry] = decision
+        return entry, True
+
+    async def settle(self, entry: KeyEntry[TurnOutcome], outcome: TurnOutcome) -> None:
+        """The key's turn ended: here and in the store."""
+        self.local.settle(entry, outcome)
+        claim = self._claims.pop(entry, None)
+        if claim is not None:
+            await self.durable.settle(claim, outcome)
+
+    async def forget(self, entry: KeyEntry[TurnOutcome]) -> None:
+        """The key's request started no turn: forgotten here and in the store."""
+        self.local.forget(entry)
+        claim = self._claims.pop(entry, None)
+        if claim is not None:
+            await self.durable.forget(claim)
 
 
 def _stored(outcome: str) -> StoredResponse:

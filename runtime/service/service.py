@@ -35,7 +35,7 @@ from .bodies import (
     SendMessage,
 )
 from .drain import Drain
-from .durable_keys import Claimed, DurableKeys, Replay, ReplayFlag
+from .durable_keys import DurableKeys, Replay, ReplayFlag, SendKeys
 from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
 from .outcomes import outcome_from_log, turn_outcome, usage_json
@@ -85,7 +85,7 @@ class SessionService:
         """The keys whose requests run in this process (who waits for which turn)."""
         self.durable = durable or DurableKeys(runtime.store, self.keys.ttl)
         """The keys in the store: what a retry after a restart or a failover finds."""
-        self._claims: dict[KeyEntry[TurnOutcome], Claimed] = {}
+        self.send_keys = SendKeys(self.keys, self.durable)
         self.drain = Drain()
         self._nursery = nursery
         self._options = {profile.name: profile.build(runtime) for profile in profiles}
@@ -361,23 +361,18 @@ class SessionService:
             entry: KeyEntry[TurnOutcome] | None = None
             if request.idempotency_key is not None:
                 key = request.idempotency_key
-                decision = await self.durable.begin_send(
+                begun = await self.send_keys.begin(
                     session_id, key, request.content, agent.session.events
                 )
-                if isinstance(decision, Replay):
+                if begun is None:
+                    continue  # our own claim, being forgotten right now: claim again
+                if isinstance(begun, Replay):
                     flag.replayed = True
                     if not request.wait:
                         return SessionState(session_id, self.status_of(session_id))
-                    return decision.outcome
-                entry, first = self.keys.claim(session_id, key, request.content)
-                if first and decision is None:
-                    # Our own claim, being forgotten right now: claim again.
-                    self.keys.forget(entry)
-                    await trio.lowlevel.checkpoint()
-                    continue
+                    return begun.outcome
+                entry, first = begun
                 if not first:
-                    if decision is not None:
-                        await self.durable.forget(decision)
                     flag.replayed = True
                     if not request.wait:
                         return SessionState(
@@ -388,12 +383,10 @@ class SessionService:
                         flag.replayed = False
                         continue  # its first request started no turn: this one may
                     return outcome
-                assert decision is not None
-                self._claims[entry] = decision
             line = self._line(session_id)
             if request.if_busy == "reject" and (line.busy or agent.status == "running"):
                 if entry is not None:
-                    await self._forget(entry)
+                    await self.send_keys.forget(entry)
                 raise AgentBusy(
                     f"session {session_id!r} has a turn running or queued; wait for its "
                     'turn/end, steer or cancel it, or send with "if_busy": "queue"'
@@ -429,35 +422,21 @@ class SessionService:
                     # The caller went away: its turn was ended (caller cancellation); the
                     # key remembers how, from the log.
                     if entry is not None:
-                        await self._settle(
+                        await self.send_keys.settle(
                             entry,
                             outcome_from_log(session_id, agent.session.events_since(first_seq)),
                         )
                     raise
                 outcome = turn_outcome(session_id, result)
             if entry is not None:
-                await self._settle(entry, outcome)
+                await self.send_keys.settle(entry, outcome)
             return outcome
         finally:
             if entry is not None and entry.running:
-                await self._forget(entry)
+                await self.send_keys.forget(entry)
             line.leave(ticket)
             if not line.busy and self._lines.get(session_id) is line:
                 del self._lines[session_id]
-
-    async def _settle(self, entry: KeyEntry[TurnOutcome], outcome: TurnOutcome) -> None:
-        """The key's turn ended: here and in the store."""
-        self.keys.settle(entry, outcome)
-        claim = self._claims.pop(entry, None)
-        if claim is not None:
-            await self.durable.settle(claim, outcome)
-
-    async def _forget(self, entry: KeyEntry[TurnOutcome]) -> None:
-        """The key's request started no turn: forgotten here and in the store."""
-        self.keys.forget(entry)
-        claim = self._claims.pop(entry, None)
-        if claim is not None:
-            await self.durable.forget(claim)
 
     async def _run_in_background(
         self,
