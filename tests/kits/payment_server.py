@@ -20,6 +20,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    # A batch of trials charges at once: a deep listen queue refuses none of them.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class PaymentServer:
     """The server, its charges by key and how many requests each key got."""
 
@@ -32,8 +38,7 @@ class PaymentServer:
         self._lock = threading.Lock()
         self._doomed: Counter[int] = Counter()
         self._killed: dict[int, threading.Event] = {}
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
