@@ -175,10 +175,11 @@ async def test_keys_survive_kill_9_of_the_owner(tmp_path: Path, pg_url: str) -> 
     assert duplicates == 0
 
 
-async def test_a_key_sent_to_another_instance_reaches_the_owner(pg_url: str) -> None:
-    """The header travels with a request handed to the session's owner: two sends of one key
-    through the instance that does not own the session start one turn."""
+async def test_a_key_sent_to_two_instances_at_once_starts_one_turn(pg_url: str) -> None:
+    """The header travels with a request handed to the session's owner: the same key sent
+    at once to the owner and (twice) to the other instance starts one turn."""
     url = f"{pg_url}{'&' if '?' in pg_url else '?'}lease_s=2&poll_s=0.05"
+    answers: list[httpx.Response] = []
     async with (
         running_server(app_config_for(HeldModel(), url), store=url) as owner,
         running_server(app_config_for(HeldModel(), url), store=url) as other,
@@ -186,14 +187,19 @@ async def test_a_key_sent_to_another_instance_reaches_the_owner(pg_url: str) -> 
         other.client() as elsewhere,
     ):
         assert (await at_owner.post("/v1/sessions", json={"session_id": "r"})).status_code == 201
-        answers = [
-            await elsewhere.post(
-                "/v1/sessions/r/messages",
-                json={"content": "once"},
-                headers={"Idempotency-Key": "k"},
+
+        async def send(client: httpx.AsyncClient) -> None:
+            answers.append(
+                await client.post(
+                    "/v1/sessions/r/messages",
+                    json={"content": "once"},
+                    headers={"Idempotency-Key": "k"},
+                )
             )
-            for _ in range(2)
-        ]
-        assert [a.status_code for a in answers] == [200, 200]
-        assert answers[0].json() == answers[1].json()
+
+        async with trio.open_nursery() as nursery:
+            for client in (elsewhere, at_owner, elsewhere):
+                nursery.start_soon(send, client)
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert len({a.json()["turn"] for a in answers}) == 1
     assert await turns_with(url, "r", "once") == 1
