@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from serve_kit import HeldModel, ServerProcess, SseReader, app_config_for, child_env, running_server
 
@@ -110,8 +111,17 @@ async def _until_model_called(client: httpx.AsyncClient, session_id: str) -> Non
                 return
 
 
-async def test_keys_survive_kill_9_of_the_owner(tmp_path: Path, pg_url: str) -> None:
-    url = f"{pg_url}{'&' if '?' in pg_url else '?'}lease_s=2&poll_s=0.05"
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_keys_survive_kill_9_of_the_owner(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """SQLite: the killed server is restarted on its file. PostgreSQL: another instance
+    takes the sessions over once the dead owner's leases ran out."""
+    if kind == "sqlite":
+        url = f"sqlite:{tmp_path / 'serve.db'}"
+    else:
+        pg_url = str(request.getfixturevalue("pg_url"))
+        url = f"{pg_url}{'&' if '?' in pg_url else '?'}lease_s=2&poll_s=0.05"
     owner = await trio.to_thread.run_sync(
         lambda: ServerProcess(["--store", url, "--sim-latency-ms", "600000"], child_env(), tmp_path)
     )
@@ -170,7 +180,7 @@ async def test_keys_survive_kill_9_of_the_owner(tmp_path: Path, pg_url: str) -> 
         assert turns >= 1
         duplicates += turns - 1
     print(
-        f"\nkill -9 of the owner: {SESSIONS} sessions, {replays} replayed, {duplicates} duplicates"
+        f"\n{kind} kill -9 of the owner: {SESSIONS} sessions, {replays} replayed, {duplicates} dups"
     )
     assert duplicates == 0
 
