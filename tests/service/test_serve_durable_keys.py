@@ -1,6 +1,6 @@
 """Idempotency keys kept by the store (issue 35, docs/serve.md §5): the same key after a
-restart of the server, and after kill -9 of the instance that owned the session (PostgreSQL,
-another instance takes over), answers with the first turn's outcome, says it is a replay
+restart of the server, and after kill -9 of the server that owned the session (SQLite: a
+restarted server on the file; PostgreSQL: another instance takes over), answers with the first turn's outcome, says it is a replay
 (`Idempotent-Replayed: true`) and never starts a second turn; the other state-changing
 routes replay their first response too.
 
