@@ -1,8 +1,8 @@
 """Idempotency keys kept by the store (issue 35, docs/serve.md §5): the same key after a
 restart of the server, and after kill -9 of the server that owned the session (SQLite: a
-restarted server on the file; PostgreSQL: another instance takes over), answers with the first turn's outcome, says it is a replay
-(`Idempotent-Replayed: true`) and never starts a second turn; the other state-changing
-routes replay their first response too.
+restarted server on the file; PostgreSQL: another instance takes over), answers with the
+first turn's outcome, says it is a replay (`Idempotent-Replayed: true`) and never starts a
+second turn; the other state-changing routes replay their first response too.
 
 Bounded by default: `ACTORLOOP_IDEMPOTENT_SESSIONS` sessions per test (10). Full mode, as the
 issue asks: `ACTORLOOP_IDEMPOTENT_SESSIONS=100 pytest -q tests/service/test_serve_durable_keys.py`.
@@ -22,7 +22,9 @@ from serve_kit import HeldModel, ServerProcess, SseReader, app_config_for, child
 
 from actorloop.runtime.model.events import UserMessage
 from actorloop.runtime.model.messages import Text
+from actorloop.runtime.service.idempotency import fingerprint
 from actorloop.runtime.stores import open_store
+from actorloop.runtime.stores.idempotency import KeyRecord, key_table, now_ms
 
 SESSIONS = int(os.environ.get("ACTORLOOP_IDEMPOTENT_SESSIONS", "10"))
 REPLAYED = "idempotent-replayed"
@@ -213,3 +215,53 @@ async def test_a_key_sent_to_two_instances_at_once_starts_one_turn(pg_url: str) 
     assert [a.status_code for a in answers] == [200, 200, 200]
     assert len({a.json()["turn"] for a in answers}) == 1
     assert await turns_with(url, "r", "once") == 1
+
+
+async def test_a_pending_key_of_a_gone_server_is_taken_over_or_answered_from_the_log(
+    tmp_path: Path,
+) -> None:
+    """Claims a dead server left unsettled: with no turn after the claim's head the key is
+    taken over and its turn runs once; with its turn in the log, that turn answers."""
+    store = f"sqlite:{tmp_path / 'serve.db'}"
+    async with (
+        running_server(app_config_for(HeldModel(), store), store=store) as server,
+        server.client() as client,
+    ):
+        for session_id in ("none", "logged"):
+            assert (
+                await client.post("/v1/sessions", json={"session_id": session_id})
+            ).status_code == 201
+        ran = await client.post("/v1/sessions/logged/messages", json={"content": "done"})
+        assert ran.status_code == 200
+    opened = open_store(store)
+    keys = key_table(opened)
+    for session_id, content in (("none", "fresh"), ("logged", "done")):
+        stamp = fingerprint((Text(content),))
+        gone = KeyRecord(session_id, "messages:k", stamp, "serve-gone", 0, now_ms())
+        assert (await keys.claim(gone, 3600))[1]
+    await opened.close()
+    async with (
+        running_server(app_config_for(HeldModel(), store), store=store) as server,
+        server.client() as client,
+    ):
+        taken = await client.post(
+            "/v1/sessions/none/messages",
+            json={"content": "fresh"},
+            headers={"Idempotency-Key": "k"},
+        )
+        assert taken.status_code == 200 and REPLAYED not in taken.headers
+        assert (taken.json()["turn"], taken.json()["reason"]) == (1, "completed")
+        found = await client.post(
+            "/v1/sessions/logged/messages",
+            json={"content": "done"},
+            headers={"Idempotency-Key": "k"},
+        )
+        assert found.headers[REPLAYED] == "true" and found.json() == ran.json()
+        again = await client.post(
+            "/v1/sessions/none/messages",
+            json={"content": "fresh"},
+            headers={"Idempotency-Key": "k"},
+        )
+        assert again.headers[REPLAYED] == "true" and again.json() == taken.json()
+    assert await turns_with(store, "none", "fresh") == 1
+    assert await turns_with(store, "logged", "done") == 1
