@@ -21,6 +21,7 @@ import orjson
 import trio
 from attrs import define, evolve, frozen
 
+from ..errors import AgentBusy
 from ..model.events import SessionEvent, TurnStart, UserMessage
 from ..model.messages import Content
 from ..stores.base import Store
@@ -29,6 +30,10 @@ from .errors import IdempotencyKeyReused
 from .idempotency import IdempotencyKeys, KeyEntry, fingerprint
 from .outcomes import outcome_from_log
 from .schemas import TurnOutcome, plain
+
+STALE_CLAIM_MS = 60_000
+"""A pending key of another route claimed elsewhere longer ago than this is taken over (its
+claimer is presumed gone); a younger one answers 409 SESSION_BUSY: retry later."""
 
 SEND_SCOPE = "messages"
 """The stored key of a send is `messages:<key>`; other routes use their own scope."""
@@ -171,6 +176,13 @@ class DurableKeys:
                 if record.owner == self.owner and running is not None:
                     await running.wait()
                     continue
+                if record.owner != self.owner and mine.created_at - record.created_at < (
+                    STALE_CLAIM_MS
+                ):
+                    raise AgentBusy(
+                        f"a request with idempotency key {key!r} is in progress on another "
+                        "instance; retry later"
+                    )
                 taken = evolve(mine, created_at=record.created_at)
                 if not await self.table.update(taken, expected_owner=record.owner):
                     continue

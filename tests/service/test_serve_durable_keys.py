@@ -20,8 +20,10 @@ import pytest
 import trio
 from serve_kit import HeldModel, ServerProcess, SseReader, app_config_for, child_env, running_server
 
+from actorloop.runtime.errors import AgentBusy
 from actorloop.runtime.model.events import UserMessage
 from actorloop.runtime.model.messages import Text
+from actorloop.runtime.service.durable_keys import DurableKeys, ReplayFlag, StoredResponse
 from actorloop.runtime.service.idempotency import fingerprint
 from actorloop.runtime.stores import open_store
 from actorloop.runtime.stores.idempotency import KeyRecord, key_table, now_ms
@@ -265,3 +267,35 @@ async def test_a_pending_key_of_a_gone_server_is_taken_over_or_answered_from_the
         assert again.headers[REPLAYED] == "true" and again.json() == taken.json()
     assert await turns_with(store, "none", "fresh") == 1
     assert await turns_with(store, "logged", "done") == 1
+
+
+async def test_a_key_running_on_another_instance_is_busy_until_it_settles(
+    tmp_path: Path,
+) -> None:
+    """Two service instances on one store (`DurableKeys` each): a keyed fork or create that
+    runs at one is 409 at the other until it settles, then replayed there."""
+    store = open_store(f"sqlite:{tmp_path / 's.db'}")
+    first, second = DurableKeys(store), DurableKeys(store)
+    release = trio.Event()
+    started = trio.Event()
+
+    async def slow() -> StoredResponse:
+        started.set()
+        await release.wait()
+        return StoredResponse(201, b'{"id": "child"}')
+
+    async def never() -> StoredResponse:
+        raise AssertionError("the key's first request answers")
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first.respond, "fork", "s", "k", b"{}", slow, ReplayFlag())
+            await started.wait()
+            with pytest.raises(AgentBusy):
+                await second.respond("fork", "s", "k", b"{}", never, ReplayFlag())
+            release.set()
+        flag = ReplayFlag()
+        replay = await second.respond("fork", "s", "k", b"{}", never, flag)
+        assert (replay, flag.replayed) == (StoredResponse(201, b'{"id": "child"}'), True)
+    finally:
+        await store.close()
