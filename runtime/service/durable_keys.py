@@ -26,10 +26,11 @@ from ..model.events import SessionEvent, TurnStart, UserMessage
 from ..model.messages import Content
 from ..stores.base import Store
 from ..stores.idempotency import DEFAULT_RETENTION_S, KeyRecord, key_table, now_ms, settled
+from .bodies import SendMessage
 from .errors import IdempotencyKeyReused
 from .idempotency import IdempotencyKeys, KeyEntry, fingerprint
 from .outcomes import outcome_from_log
-from .schemas import TurnOutcome, plain
+from .schemas import SessionState, SessionStatus, TurnOutcome, plain
 
 STALE_CLAIM_MS = 60_000
 """A pending key of another route claimed elsewhere longer ago than this is taken over (its
@@ -221,26 +222,47 @@ class SendKeys:
         self._claims: dict[KeyEntry[TurnOutcome], Claimed] = {}
 
     async def begin(
-        self, session_id: str, key: str, content: Content, events: Sequence[SessionEvent]
-    ) -> Replay | tuple[KeyEntry[TurnOutcome], bool] | None:
-        """Replay: the key's outcome. (entry, True): run the turn, then `settle` or
-        `forget` it. (entry, False): the key's turn runs in this process; wait on it.
-        None: this process's own claim was being forgotten; begin again."""
+        self,
+        session_id: str,
+        request: SendMessage,
+        events: Sequence[SessionEvent],
+        flag: ReplayFlag,
+        status_of: Callable[[str], SessionStatus],
+    ) -> KeyEntry[TurnOutcome] | TurnOutcome | SessionState | None:
+        """The send's key, claimed here and in the store once this instance owns the session
+        (`events` is its log). A new entry: run the turn, then `settle` or `forget` it. An
+        outcome (or, not waiting, the session's state): the key's first request answers,
+        and `flag` says it is a replay. None: no turn for the key; claim again."""
+        assert request.idempotency_key is not None
+        key, content = request.idempotency_key, request.content
         decision = await self.durable.begin_send(session_id, key, content, events)
         if isinstance(decision, Replay):
-            return decision
+            flag.replayed = True
+            return (
+                decision.outcome
+                if request.wait
+                else SessionState(session_id, status_of(session_id))
+            )
         entry, first = self.local.claim(session_id, key, content)
         if first and decision is None:
+            # Our own claim in the store, being forgotten right now.
             self.local.forget(entry)
             await trio.lowlevel.checkpoint()
             return None
-        if not first:
-            if decision is not None:
-                await self.durable.forget(decision)
-            return entry, False
-        assert decision is not None
-        self._claims[entry] = decision
-        return entry, True
+        if first:
+            assert decision is not None
+            self._claims[entry] = decision
+            return entry
+        if decision is not None:
+            await self.durable.forget(decision)
+        flag.replayed = True
+        if not request.wait:
+            running: SessionStatus = "running" if entry.running else status_of(session_id)
+            return SessionState(session_id, running)
+        outcome = await entry.wait()
+        if outcome is None:
+            flag.replayed = False
+        return outcome
 
     async def settle(self, entry: KeyEntry[TurnOutcome], outcome: TurnOutcome) -> None:
         """The key's turn ended: here and in the store."""

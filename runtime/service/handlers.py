@@ -263,10 +263,10 @@ class Handlers:
         flag = ReplayFlag()
         if not body.wait:
             return replayed(
-                json_response(await self.service.send(session_id, body, flag), 202), flag
+                json_response(await self.service.send(session_id, body, replay=flag), 202), flag
             )
         outcome = await _unless_disconnected(
-            request, partial(self.service.send, session_id, body, flag)
+            request, partial(self.service.send, session_id, body, replay=flag)
         )
         if outcome is None:
             return NO_ANSWER

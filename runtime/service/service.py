@@ -35,7 +35,7 @@ from .bodies import (
     SendMessage,
 )
 from .drain import Drain
-from .durable_keys import DurableKeys, Replay, ReplayFlag, SendKeys
+from .durable_keys import DurableKeys, ReplayFlag, SendKeys
 from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
 from .outcomes import outcome_from_log, turn_outcome, usage_json
@@ -349,7 +349,11 @@ class SessionService:
     # ------------------------------------------------------------------ turns
 
     async def send(
-        self, session_id: str, request: SendMessage, replay: ReplayFlag | None = None
+        self,
+        session_id: str,
+        request: SendMessage,
+        *,
+        replay: ReplayFlag | None = None,
     ) -> TurnOutcome | SessionState:
         """One turn with `request.content` (docs/spec/runtime.md §15.3, §15.4): its outcome
         when `wait`, else the session's state once the send is accepted. A send whose key
@@ -360,29 +364,14 @@ class SessionService:
             agent = await self.live_agent(session_id)
             entry: KeyEntry[TurnOutcome] | None = None
             if request.idempotency_key is not None:
-                key = request.idempotency_key
                 begun = await self.send_keys.begin(
-                    session_id, key, request.content, agent.session.events
+                    session_id, request, agent.session.events, flag, self.status_of
                 )
                 if begun is None:
-                    continue  # our own claim, being forgotten right now: claim again
-                if isinstance(begun, Replay):
-                    flag.replayed = True
-                    if not request.wait:
-                        return SessionState(session_id, self.status_of(session_id))
-                    return begun.outcome
-                entry, first = begun
-                if not first:
-                    flag.replayed = True
-                    if not request.wait:
-                        return SessionState(
-                            session_id, "running" if entry.running else self.status_of(session_id)
-                        )
-                    outcome = await entry.wait()
-                    if outcome is None:
-                        flag.replayed = False
-                        continue  # its first request started no turn: this one may
-                    return outcome
+                    continue  # the key has no turn (its first request started none): claim
+                if not isinstance(begun, KeyEntry):
+                    return begun  # the key's outcome: a replay
+                entry = begun
             line = self._line(session_id)
             if request.if_busy == "reject" and (line.busy or agent.status == "running"):
                 if entry is not None:
