@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -319,9 +320,11 @@ def _make_table(store: Store) -> KeyTable:
         return SqlKeys("idempotency_keys", "?", in_sqlite)
     if isinstance(store, JsonlStore):
         return FileKeys(store.root)
-    if type(store).__name__ == "PostgresStore":
-        pg: Any = store
-        return SqlKeys("actorloop.idempotency_keys", "%s", pg.execute)
+    # The PostgreSQL store needs the `postgres` extra: a store of that class exists only once
+    # its module was imported, so look there instead of importing it.
+    postgres = sys.modules.get("actorloop.runtime.stores.postgres.store")
+    if postgres is not None and isinstance(store, postgres.PostgresStore):
+        return SqlKeys("actorloop.idempotency_keys", "%s", store.execute)
     return MemoryKeys()
 
 
