@@ -257,3 +257,28 @@ async def test_a_rerun_cut_short_by_a_crash_is_not_run_a_third_time(tmp_path: Pa
         assert [d.call.seq for d in in_doubt_calls(agent.session)] == [call_seq]
     assert closer.data.error == ToolError("pay", "TOOL_OUTCOME_UNKNOWN")
     assert ledger.runs == []
+
+
+async def test_cancel_stops_a_reconcile_that_hangs(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 's.db'}"
+    await crashed_session(url, "stuck")
+    asked = trio.Event()
+
+    async def hangs(_call: ToolCallInfo, _ctx: ToolContext) -> ToolOutcome | None:
+        asked.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    tool = pay_tool(Ledger(), reconcile=hangs)
+    async with Runtime.open(store=url, provider=ScriptedProvider([reply("later")])) as rt:
+        agent = await rt.resume("stuck", AgentOptions(model="m", tools=(tool,)))
+        await asked.wait()
+        assert agent.status == "running"
+        agent.cancel("operator")
+        await agent.wait_idle()
+        events = agent.session.events
+        (closer,) = results_of(events, "c1")
+        assert closer.data.error == ToolError("pay", "TOOL_OUTCOME_UNKNOWN")
+        assert isinstance(events[-1].data, TurnEnd) and events[-1].data.reason.kind == "aborted"
+        assert (await agent.send("next")).reason == "completed"
+        verify_log(agent.session.meta, agent.session.events)
