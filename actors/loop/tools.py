@@ -16,6 +16,7 @@ from ...runtime.control.handle import ToolContext
 from ...runtime.control.hooks import run_waterfall
 from ...runtime.control.options import Tool
 from ...runtime.errors import ErrorCode, HookError, JsonValueError, sole_error
+from ...runtime.log.effects import effect_key
 from ...runtime.model.events import ToolCallEvent, ToolError, ToolResultEvent
 from ...runtime.model.hook_values import ContextItem, Deny, ToolCallInfo, ToolOutcome
 from ...runtime.model.messages import Text, ToolCall
@@ -280,7 +281,8 @@ async def _execute(
     problem = tool.validator.problem(args)
     if problem is not None:
         return failed(ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments: {problem}")
-    context = ToolContext(ctx.agent, info.call_id, turn.scope, step.turn, step.number)
+    key = effect_key(ctx.session.meta, step.logged_calls[info.call_id], info.call_id)
+    context = ToolContext(ctx.agent, info.call_id, turn.scope, step.turn, step.number, key)
     step.started.add(info.call_id)
     try:
         output = await tool.execute(args, context)

@@ -30,6 +30,7 @@ from ...runtime.model.hook_values import (
 )
 from ...runtime.model.messages import Message
 from .context import LoopContext, StepContext, TurnContext
+from .effects import reconcile_turn
 from .inbox import enqueue_nowait, finish_item, inbox_event
 from .step import assemble, close_step, run_step, session_prefix
 from .tools import answer_missing_calls
@@ -142,6 +143,8 @@ async def _turn_body(ctx: StepContext, turn: OpenTurn) -> TurnEndReason:
     if item.kind == "compaction":
         await _manual_compaction(ctx, turn)
         return TurnEndReason("completed")
+    if item.kind == "reconciliation":
+        return await reconcile_turn(ctx, turn)
     await _submit_prompt(ctx, item, turn.number)
     while True:
         turn.steps += 1

@@ -16,7 +16,7 @@ from ...runtime.model.hook_values import ContextItem, ToolOutcome, TurnResult
 from ...runtime.model.messages import Content, Source, ToolCall
 
 Persist = Callable[[str, Sequence[SessionEvent]], Awaitable[None]]
-ItemKind = Literal["message", "injection", "compaction"]
+ItemKind = Literal["message", "injection", "compaction", "reconciliation"]
 SessionStartKind = Literal["startup", "resume", "fork"]
 
 CALLER_CANCELLED = "caller cancelled"

@@ -27,6 +27,7 @@ from ..model.events import (
     SessionEvent,
     SteeringMessage,
     ToolCallEvent,
+    ToolReconcile,
     ToolResultEvent,
     Trigger,
     TurnEnd,
@@ -412,6 +413,9 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
             line = _compaction_line(data)
             if line is not None:
                 yield line
+        elif isinstance(data, ToolReconcile):
+            what = "reconciling" if data.action == "reconcile" else "re-running (idempotent)"
+            yield _line("tool", visible(f"{what} {data.name} {data.call_id}"), "yellow")
         elif isinstance(data, IgnorableData):
             yield _line("ignored", f"{event.type} (an event type this version does not know)")
     for turn in started:

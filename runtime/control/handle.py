@@ -222,7 +222,8 @@ class Agent:
 
 @frozen
 class ToolContext:
-    """What a running tool can see: its agent, its call id, and the turn's cancel scope."""
+    """What a running tool can see: its agent, its call id, the turn's cancel scope, and
+    the call's effect key."""
 
     agent: Agent
     call_id: str
@@ -230,3 +231,8 @@ class ToolContext:
     """The turn's scope: cancelling it cancels the whole turn, not only this call."""
     turn: int
     step: int
+    effect_key: str = ""
+    """The key to hand a downstream API that deduplicates (a payment's idempotency key):
+    the same for this call across retries, resume, repair and failover, different for any
+    other call, a fork child's new call included (docs/effects.md). Empty only for a
+    context built by hand outside a loop."""

@@ -30,6 +30,9 @@ ToolOutput: TypeAlias = str | Content
 # The second argument is the call's `ToolContext` (control/handle.py, beside the `Agent` it
 # carries): the options stand below the handle, so they name it only here, as `Any`.
 ToolExecute: TypeAlias = Callable[[dict[str, Any], Any], Awaitable[ToolOutput]]
+# `async def reconcile(call: ToolCallInfo, ctx: ToolContext) -> ToolOutcome | None`
+# (docs/effects.md); typed loosely for the same reason as `ToolExecute`.
+ToolReconciler: TypeAlias = Callable[[Any, Any], Awaitable[Any]]
 
 
 @frozen
@@ -49,6 +52,13 @@ class Tool:
     execute: ToolExecute = field(eq=False)
     """`async def execute(args: dict, ctx: ToolContext) -> str | tuple[Text, ...]`."""
     exclusive: bool = field(default=False, kw_only=True)
+    idempotent: bool = field(default=False, kw_only=True)
+    """Safe to run again with the same `ctx.effect_key`: a call of it left in doubt by a
+    crash is re-run once when its session is next loaded (docs/effects.md)."""
+    reconcile: ToolReconciler | None = field(default=None, kw_only=True, eq=False)
+    """`async (call: ToolCallInfo, ctx: ToolContext) -> ToolOutcome | None`: the real
+    outcome of a call left in doubt by a crash (None: it never ran), asked when its
+    session is next loaded; the log records the answer as the call's result."""
     validator: ArgumentsValidator = field(init=False, eq=False, repr=False)
     schema: ToolSchema = field(init=False, eq=False, repr=False)
     """What the request header records of this tool (name, description, parameters); one

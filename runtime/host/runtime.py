@@ -17,6 +17,7 @@ from ...actors.compaction import CompactionActor
 from ...actors.kernel import Supervisor
 from ...actors.loop.actor import LoopActor
 from ...actors.loop.context import Compactor
+from ...actors.loop.effects import queue_reconciliation
 from ...actors.loop.values import SessionStartKind
 from ..control.collector import CollectorPolicy
 from ..control.handle import Agent
@@ -436,6 +437,9 @@ class Runtime:
             f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
         )
         loop.attach(mailbox)
+        if origin != "startup":
+            # Calls a crash left in doubt are reconciled before anything else runs.
+            queue_reconciliation(loop)
         # Told here, in the caller's task, before the agent is handed out: the loop's task
         # may not have run yet (waiting for its first step took a random one or two
         # scheduler rounds), and nothing a listener can do with the agent needs it to.

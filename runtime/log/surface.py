@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Callable
 
 from ...codecs.converter import canonical_bytes
-from ..errors import SessionValidationError
+from ..errors import ErrorCode, SessionValidationError
 from ..model.events import (
     AssistantMessage,
     ContextMessage,
@@ -23,6 +23,9 @@ from ..model.events import (
 from ..model.messages import Message, ToolResult
 
 SessionEventLookup = Callable[[int], SessionEvent]
+
+RECONCILABLE_CODES = frozenset({ErrorCode.TOOL_OUTCOME_UNKNOWN})
+"""The result codes of a call in doubt: a `Replace` may give it its reconciled outcome."""
 
 
 def project(event: SessionEvent) -> Message | None:
@@ -115,18 +118,16 @@ class SurfaceFold:
                     event.seq, "tool/result replacement must rewrite exactly one tool/result node"
                 )
             new = event.data
-            if (
-                old.data.turn,
-                old.data.step,
-                old.data.call_id,
-                old.data.is_error,
-                old.data.error,
-            ) != (
+            # A call in doubt (its outcome unknown after a crash) may get its reconciled
+            # outcome, error flag and all (session-log.md §10.7); any other rewrite keeps
+            # everything but the content.
+            in_doubt = old.data.error is not None and old.data.error.code in RECONCILABLE_CODES
+            if (old.data.turn, old.data.step, old.data.call_id) != (
                 new.turn,
                 new.step,
                 new.call_id,
-                new.is_error,
-                new.error,
+            ) or (
+                not in_doubt and (old.data.is_error, old.data.error) != (new.is_error, new.error)
             ):
                 raise SessionValidationError(
                     event.seq, "tool/result replacement may change only content"

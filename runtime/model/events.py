@@ -38,7 +38,7 @@ TurnEndKind: TypeAlias = Literal[
     "disposed",
     "interrupted",
 ]
-TriggerKind: TypeAlias = Literal["message", "injection", "compaction"]
+TriggerKind: TypeAlias = Literal["message", "injection", "compaction", "reconciliation"]
 HeaderReason: TypeAlias = Literal["initial", "resume", "fallback"]
 
 
@@ -197,6 +197,22 @@ class CompactionPrune:
     shadowed_token_count: int
 
 
+ReconcileAction: TypeAlias = Literal["reconcile", "rerun"]
+
+
+@frozen
+class ToolReconcile:
+    """A call left in doubt by a crash is about to be reconciled (its tool's `reconcile`
+    asked) or re-run once (an idempotent tool), in a `reconciliation` turn; durable before
+    the action starts (docs/spec/session-log.md §10.7)."""
+
+    call_seq: int
+    """The seq of the in-doubt call's `tool/call`."""
+    call_id: str
+    name: str
+    action: ReconcileAction
+
+
 @frozen
 class IgnorableData:
     """An event of a type this version does not know, kept verbatim because it was marked
@@ -224,6 +240,7 @@ EventData: TypeAlias = (
     | CompactionSummary
     | CompactionEnd
     | CompactionPrune
+    | ToolReconcile
     | IgnorableData
 )
 
@@ -246,6 +263,7 @@ DATA_BY_TYPE: dict[str, type] = {
     "compaction/summary": CompactionSummary,
     "compaction/end": CompactionEnd,
     "compaction/prune": CompactionPrune,
+    "tool/reconcile": ToolReconcile,
 }
 TYPE_BY_DATA: dict[type, str] = {cls: name for name, cls in DATA_BY_TYPE.items()}
 

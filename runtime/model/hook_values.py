@@ -94,7 +94,7 @@ class InboxEvent:
     are in the inbox after the change."""
 
     kind: InboxEventKind
-    item: Literal["message", "injection", "compaction"]
+    item: Literal["message", "injection", "compaction", "reconciliation"]
     source: Source
     queued: int
 

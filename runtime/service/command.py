@@ -87,6 +87,14 @@ DEFAULT_STORE = "sqlite:actorloop.db"
     type=click.FloatRange(0, 600_000),
     help="The simulator's latency per model call.",
 )
+@click.option(
+    "--idempotency-ttl",
+    "idempotency_ttl_seconds",
+    default=24 * 3600.0,
+    show_default=True,
+    type=click.FloatRange(1, 366 * 24 * 3600),
+    help="Seconds an idempotency key is kept after its outcome (docs/serve.md §5.1).",
+)
 @click.option("--dev-invariants", is_flag=True, help="Check every request against the log.")
 @click.option("--access-log", is_flag=True, help="Log one line per request.")
 @click.option(
@@ -117,6 +125,7 @@ def serve(
     max_message_chars: int,
     body_timeout_seconds: float,
     sim_latency_ms: float,
+    idempotency_ttl_seconds: float,
     dev_invariants: bool,
     access_log: bool,
     http2: bool,
@@ -149,6 +158,7 @@ def serve(
         max_message_chars=max_message_chars,
         body_timeout_seconds=body_timeout_seconds,
         dev_invariants=dev_invariants,
+        idempotency_ttl_seconds=idempotency_ttl_seconds,
         access_log=access_log,
         http2=http2,
         allowed_hosts=allowed_hosts,

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 import trio
+from attrs import evolve
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,6 +22,7 @@ from ..model.events import SessionEvent
 from ..model.messages import Content, Text
 from .bodies import Cancel, CreateSession, Fork, Inject, Resume, SendMessage, Steer, parse_body
 from .drain import Drain
+from .durable_keys import ReplayFlag, StoredResponse
 from .errors import InvalidRequestBody
 from .schemas import Digests, RequestDetail, to_json
 from .service import SessionService
@@ -62,6 +64,31 @@ class _CountedEvents(EventSourceResponse):
 def json_response(value: object, status: int = 200) -> Response:
     """A response shape (`schemas`) as JSON."""
     return Response(to_json(value), status, media_type="application/json")
+
+
+MAX_KEY_CHARS = 200
+REPLAYED_HEADER = "Idempotent-Replayed"
+"""Set to `true` on a response that replays a key's first outcome (docs/serve.md §5)."""
+
+
+def idempotency_key(request: Request, body_key: str | None = None) -> str | None:
+    """The request's idempotency key: its `Idempotency-Key` header, or the body's
+    `idempotency_key` (a send); both given must agree."""
+    header = request.headers.get("idempotency-key")
+    if header is not None and not 1 <= len(header) <= MAX_KEY_CHARS:
+        raise InvalidRequestBody(
+            f"Idempotency-Key must be 1..{MAX_KEY_CHARS} characters, got {len(header)}"
+        )
+    if header is not None and body_key is not None and header != body_key:
+        raise InvalidRequestBody("the Idempotency-Key header and idempotency_key differ")
+    return header if header is not None else body_key
+
+
+def replayed(response: Response, flag: ReplayFlag) -> Response:
+    """`response`, marked as a replay when it is one."""
+    if flag.replayed:
+        response.headers[REPLAYED_HEADER] = "true"
+    return response
 
 
 def _int_param(name: str, raw: str | None, default: int, low: int) -> int:
@@ -179,10 +206,33 @@ class Handlers:
         """The agent profiles."""
         return json_response(self.service.profile_list())
 
+    async def _keyed(
+        self, request: Request, scope: str, produce: Callable[[], Awaitable[Response]]
+    ) -> Response:
+        """`produce()`'s response, or with an `Idempotency-Key` header the first response
+        of that key (kept by the store; a replay says `Idempotent-Replayed: true`)."""
+        key = idempotency_key(request)
+        if key is None:
+            return await produce()
+
+        async def first() -> StoredResponse:
+            response = await produce()
+            return StoredResponse(response.status_code, bytes(response.body))
+
+        flag = ReplayFlag()
+        stored = await self.service.durable.respond(
+            scope, request.path_params.get("id", ""), key, await request.body(), first, flag
+        )
+        return replayed(Response(stored.body, stored.status, media_type="application/json"), flag)
+
     async def create_session(self, request: Request) -> Response:
         """Spawn an agent on a new session."""
-        body = parse_body(await request.body(), CreateSession)
-        return json_response(await self.service.create(body), 201)
+
+        async def produce() -> Response:
+            body = parse_body(await request.body(), CreateSession)
+            return json_response(await self.service.create(body), 201)
+
+        return await self._keyed(request, "create", produce)
 
     async def list_sessions(self, request: Request) -> Response:
         """A page of stored sessions."""
@@ -198,46 +248,79 @@ class Handlers:
 
     async def dispose_session(self, request: Request) -> Response:
         """Dispose the live agent."""
-        return json_response(await self.service.dispose(request.path_params["id"]))
+
+        async def produce() -> Response:
+            return json_response(await self.service.dispose(request.path_params["id"]))
+
+        return await self._keyed(request, "dispose", produce)
 
     async def send_message(self, request: Request) -> Response:
-        """One turn."""
+        """One turn; its key (header or body) kept by the store with the turn's outcome."""
         session_id = request.path_params["id"]
         body = parse_body(await request.body(), SendMessage)
         check_message(body.content, self.max_message_chars)
+        key = idempotency_key(request, body.idempotency_key)
+        if key is not None:
+            body = evolve(body, idempotency_key=key)
+        flag = ReplayFlag()
         if not body.wait:
-            return json_response(await self.service.send(session_id, body), 202)
-        outcome = await _unless_disconnected(request, partial(self.service.send, session_id, body))
+            return replayed(
+                json_response(await self.service.send(session_id, body, replay=flag), 202), flag
+            )
+        outcome = await _unless_disconnected(
+            request, partial(self.service.send, session_id, body, replay=flag)
+        )
         if outcome is None:
             return NO_ANSWER
-        return json_response(outcome, 200)
+        return replayed(json_response(outcome, 200), flag)
 
     async def steer(self, request: Request) -> Response:
         """Steer the running turn."""
-        body = parse_body(await request.body(), Steer)
-        check_message(body.content, self.max_message_chars)
-        return json_response(await self.service.steer(request.path_params["id"], body.content), 202)
+
+        async def produce() -> Response:
+            body = parse_body(await request.body(), Steer)
+            check_message(body.content, self.max_message_chars)
+            state = await self.service.steer(request.path_params["id"], body.content)
+            return json_response(state, 202)
+
+        return await self._keyed(request, "steer", produce)
 
     async def inject(self, request: Request) -> Response:
         """Inject context."""
-        body = parse_body(await request.body(), Inject)
-        check_message(body.content, self.max_message_chars)
-        return json_response(await self.service.inject(request.path_params["id"], body), 202)
+
+        async def produce() -> Response:
+            body = parse_body(await request.body(), Inject)
+            check_message(body.content, self.max_message_chars)
+            return json_response(await self.service.inject(request.path_params["id"], body), 202)
+
+        return await self._keyed(request, "inject", produce)
 
     async def cancel(self, request: Request) -> Response:
         """Cancel the running turn."""
-        body = parse_body(await request.body(), Cancel)
-        return json_response(await self.service.cancel(request.path_params["id"], body))
+
+        async def produce() -> Response:
+            body = parse_body(await request.body(), Cancel)
+            return json_response(await self.service.cancel(request.path_params["id"], body))
+
+        return await self._keyed(request, "cancel", produce)
 
     async def fork(self, request: Request) -> Response:
         """Fork the session."""
-        body = parse_body(await request.body(), Fork)
-        return json_response(await self.service.fork(request.path_params["id"], body), 201)
+
+        async def produce() -> Response:
+            body = parse_body(await request.body(), Fork)
+            return json_response(await self.service.fork(request.path_params["id"], body), 201)
+
+        return await self._keyed(request, "fork", produce)
 
     async def resume(self, request: Request) -> Response:
         """Resume the session."""
-        body = parse_body(await request.body(), Resume)
-        return json_response(await self.service.resume(request.path_params["id"], body))
+
+        async def produce() -> Response:
+            body = parse_body(await request.body(), Resume)
+            return json_response(await self.service.resume(request.path_params["id"], body))
+
+        return await self._keyed(request, "resume", produce)
 
     async def events(self, request: Request) -> Response:
         """The session's events as Server-Sent Events."""

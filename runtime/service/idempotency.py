@@ -1,9 +1,10 @@
-"""Idempotency keys of `POST /v1/sessions/{id}/messages`: which key started which turn, so the
-same key never starts a second one (docs/spec/runtime.md §15.4).
+"""Idempotency keys of `POST /v1/sessions/{id}/messages` whose requests run in this process:
+who waits for which turn, so concurrent sends of one key share one turn (docs/spec/runtime.md
+§15.4). The keys that outlive the process are the store's (`durable_keys.py`).
 
-Keys live in the memory of the serving process, per session, for `ttl` seconds after their
-turn ended (24 hours by default), at most `capacity` of them (the oldest settled keys go
-first; a key whose turn still runs is never dropped). A restart forgets them.
+Kept in memory, per session, for `ttl` seconds after their turn ended (24 hours by
+default), at most `capacity` of them (the oldest settled keys go first; a key whose turn
+still runs is never dropped).
 """
 
 from __future__ import annotations

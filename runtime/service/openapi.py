@@ -166,6 +166,14 @@ LAST_EVENT_ID: JsonObject = {
     "schema": {"type": "string", "pattern": "^[0-9]{1,16}$"},
     "description": "The seq of the last event received; wins over `after`.",
 }
+IDEMPOTENCY_KEY: JsonObject = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+    "description": "Retry-safe: the first outcome of this key (kept by the store) answers "
+    "every retry, marked `Idempotent-Replayed: true` (docs/serve.md §5).",
+}
 LIMIT: JsonObject = {
     "name": "limit",
     "in": "query",
@@ -205,7 +213,7 @@ DOCS: dict[str, Doc] = {
         "Spawn an agent on a new session.",
         {201: _json(s.SESSION_STATE_SCHEMA, "Created.")},
         (409,),
-        (),
+        (IDEMPOTENCY_KEY,),
     ),
     "listSessions": Doc(
         "Stored sessions, in id order, a page at a time.",
@@ -223,7 +231,7 @@ DOCS: dict[str, Doc] = {
         "Dispose the live agent (its running turn ends `disposed`); the log stays.",
         {200: STATE},
         (403, 409),
-        (),
+        (IDEMPOTENCY_KEY,),
     ),
     "sendMessage": Doc(
         "Run one turn; 200 with its outcome when `wait` (the default), else 202.",
@@ -232,37 +240,37 @@ DOCS: dict[str, Doc] = {
             202: ACCEPTED,
         },
         (409, 429),
-        (),
+        (IDEMPOTENCY_KEY,),
     ),
     "steer": Doc(
         "Redirect the running turn (on an idle session: start a turn).",
         {202: ACCEPTED},
         (409, 429),
-        (),
+        (IDEMPOTENCY_KEY,),
     ),
     "inject": Doc(
         "Add durable context (a context/message) without making the model answer.",
         {202: ACCEPTED},
         (409, 429),
-        (),
+        (IDEMPOTENCY_KEY,),
     ),
     "cancel": Doc(
         "Cancel the running turn (it ends `aborted`) and, without keep_inbox, every queued send.",
         {200: _json(s.CANCEL_OUTCOME_SCHEMA, "Cancelled (or nothing to cancel).")},
         (409,),
-        (),
+        (IDEMPOTENCY_KEY,),
     ),
     "fork": Doc(
         "A child session seeded with this one up to a turn/end.",
         {201: _json(s.FORK_OUTCOME_SCHEMA, "The child.")},
         (409,),
-        (),
+        (IDEMPOTENCY_KEY,),
     ),
     "resume": Doc(
         "Start a loop instance on the stored session (no-op when live).",
         {200: _json(s.RESUME_OUTCOME_SCHEMA, "Live.")},
         (409,),
-        (),
+        (IDEMPOTENCY_KEY,),
     ),
     "streamEvents": Doc(
         "The session's events as Server-Sent Events: `id: <seq>`, "
@@ -361,7 +369,8 @@ def openapi_document(*, auth: bool) -> JsonObject:
             endpoint.operation_id,
             doc.summary,
             doc.responses,
-            doc.errors,
+            # A malformed or reused Idempotency-Key is 422, on a route without a body too.
+            (*doc.errors, 422) if IDEMPOTENCY_KEY in doc.headers else doc.errors,
             body=None if endpoint.body is None else BODIES[endpoint.body].schema,
             parameters=(*(PARAMETERS[name] for name in names), *doc.headers),
             auth=auth and endpoint.path.startswith("/v1"),

@@ -200,7 +200,7 @@ class Router:
                 "headers": [
                     [name.decode("latin-1"), value.decode("latin-1")]
                     for name, value in scope.get("headers", ())
-                    if name.lower() in (b"content-type", b"last-event-id")
+                    if name.lower() in (b"content-type", b"last-event-id", b"idempotency-key")
                 ],
             }
         )

@@ -35,6 +35,7 @@ from .bodies import (
     SendMessage,
 )
 from .drain import Drain
+from .durable_keys import DurableKeys, ReplayFlag, SendKeys
 from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
 from .outcomes import outcome_from_log, turn_outcome, usage_json
@@ -76,10 +77,15 @@ class SessionService:
         nursery: trio.Nursery,
         *,
         keys: IdempotencyKeys[TurnOutcome] | None = None,
+        durable: DurableKeys | None = None,
     ) -> None:
         self.runtime = runtime
         self.profiles = profiles
         self.keys: IdempotencyKeys[TurnOutcome] = keys or IdempotencyKeys()
+        """The keys whose requests run in this process (who waits for which turn)."""
+        self.durable = durable or DurableKeys(runtime.store, self.keys.ttl)
+        """The keys in the store: what a retry after a restart or a failover finds."""
+        self.send_keys = SendKeys(self.keys, self.durable)
         self.drain = Drain()
         self._nursery = nursery
         self._options = {profile.name: profile.build(runtime) for profile in profiles}
@@ -354,29 +360,31 @@ class SessionService:
         request: SendMessage,
         *,
         started: Callable[[int], None] | None = None,
+        replay: ReplayFlag | None = None,
     ) -> TurnOutcome | SessionState:
         """One turn with `request.content` (docs/spec/runtime.md §15.3, §15.4): its outcome
         when `wait`, else the session's state once the send is accepted. `started` is told
-        the seq the turn's events begin at, once the send holds the run (the UI streams)."""
+        the seq the turn's events begin at, once the send holds the run (the UI streams). A
+        send whose key already has an outcome (kept by the store) gets it, and `replay` says
+        so."""
         self.drain.refuse()
+        flag = replay or ReplayFlag()
         while True:
             agent = await self.live_agent(session_id)
             entry: KeyEntry[TurnOutcome] | None = None
             if request.idempotency_key is not None:
-                entry, first = self.keys.claim(session_id, request.idempotency_key, request.content)
-                if not first:
-                    if not request.wait:
-                        return SessionState(
-                            session_id, "running" if entry.running else self.status_of(session_id)
-                        )
-                    outcome = await entry.wait()
-                    if outcome is None:
-                        continue  # its first request started no turn: this one may
-                    return outcome
+                begun = await self.send_keys.begin(
+                    session_id, request, agent.session.events, flag, self.status_of
+                )
+                if begun is None:
+                    continue  # the key has no turn (its first request started none): claim
+                if not isinstance(begun, KeyEntry):
+                    return begun  # the key's outcome: a replay
+                entry = begun
             line = self._line(session_id)
             if request.if_busy == "reject" and (line.busy or agent.status == "running"):
                 if entry is not None:
-                    self.keys.forget(entry)
+                    await self.send_keys.forget(entry)
                 raise AgentBusy(
                     f"session {session_id!r} has a turn running or queued; wait for its "
                     'turn/end, steer or cancel it, or send with "if_busy": "queue"'
@@ -415,18 +423,18 @@ class SessionService:
                     # The caller went away: its turn was ended (caller cancellation); the
                     # key remembers how, from the log.
                     if entry is not None:
-                        self.keys.settle(
+                        await self.send_keys.settle(
                             entry,
                             outcome_from_log(session_id, agent.session.events_since(first_seq)),
                         )
                     raise
                 outcome = turn_outcome(session_id, result)
             if entry is not None:
-                self.keys.settle(entry, outcome)
+                await self.send_keys.settle(entry, outcome)
             return outcome
         finally:
             if entry is not None and entry.running:
-                self.keys.forget(entry)
+                await self.send_keys.forget(entry)
             line.leave(ticket)
             if not line.busy and self._lines.get(session_id) is line:
                 del self._lines[session_id]

@@ -9,6 +9,8 @@ written by a newer build refused.
   their CRC-32, and `epoch`, the owner epoch the row was committed under.
 * `nodes`: each live store instance's heartbeat (routing asks whether an owner is alive).
 * `inbox`: requests handed to the instance that owns their session, and their answers.
+* `idempotency_keys`: the keys of state-changing requests (runtime/stores/idempotency.py;
+  also created on first use in a database made before it existed).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from ...errors import SessionFormatUnsupported
+from ..idempotency import CREATE_KEYS
 
 SCHEMA_VERSION = 1
 NAMESPACE = "actorloop"
@@ -68,6 +71,7 @@ _DDL = (
         created timestamptz NOT NULL DEFAULT now()
     )""",
     "CREATE INDEX inbox_pending ON actorloop.inbox (target_node) WHERE state = 'pending'",
+    CREATE_KEYS.format(table="actorloop.idempotency_keys"),
 )
 
 
