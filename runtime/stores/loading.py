@@ -1,67 +1,15 @@
 """Stored sessions outside any loop instance: load one (repaired) into a `Session` with the
-cyclic GC paused (what it allocated then handed to the oldest generation), and settle where
-a fork of a stored session starts (docs/spec/fork-resume.md §4)."""
+cyclic GC paused (`control.collector.gc_paused`), and settle where a fork of a stored
+session starts (docs/spec/fork-resume.md §4)."""
 
 from __future__ import annotations
 
-import gc
-import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-
 from attrs import frozen
 
+from ..control.collector import gc_paused as gc_paused  # re-exported: its old home
 from ..errors import ErrorCode, SessionForkError, SessionNotFound
 from ..log.session import Session, new_session_id
 from .base import Store
-
-
-class _GcPause:
-    """Pauses the cyclic collector while any load runs (loads may overlap, in threads too).
-
-    A load allocates hundreds of thousands of acyclic objects that all survive; collecting
-    while it runs only rescans them, generation after generation. The collector is restored
-    by the last load to finish, and only if it was enabled when the first began.
-
-    Restoring it would leave all those objects in the youngest generation, for the next
-    young collection to scan at once (a tenth of a second for 100,000 events) and then the
-    middle one: so, when nothing is frozen, the last load hands them to the oldest
-    generation without a scan (`gc.freeze()` then `gc.unfreeze()` moves every tracked
-    object there), where only full collections, as rare as ever, look at them. With objects
-    frozen (a `CollectorPolicy` freezing after starts, or the application) nothing is moved:
-    unfreezing would release what someone else froze.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active = 0
-        self._restore = False
-
-    @contextmanager
-    def during(self) -> Iterator[None]:
-        with self._lock:
-            if self._active == 0:
-                self._restore = gc.isenabled()
-                gc.disable()
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._active -= 1
-                if self._active == 0 and self._restore:
-                    if gc.get_freeze_count() == 0:
-                        gc.freeze()
-                        gc.unfreeze()
-                    gc.enable()
-
-
-_gc_pause = _GcPause()
-
-
-def gc_paused() -> AbstractContextManager[None]:
-    """A context in which the cyclic GC is paused (nestable, thread-safe): wrap loads."""
-    return _gc_pause.during()
 
 
 async def load_session(store: Store, session_id: str, *, repair: bool = True) -> Session:

@@ -45,6 +45,7 @@ from ...codecs.rows import (
     meta_from_row,
     session_row,
 )
+from ..control.collector import gc_paused
 from ..errors import (
     ErrorCode,
     GroupCommitError,
@@ -416,9 +417,10 @@ class SqliteStore(SqliteReads):
             with self._leases.writer_right(session_id, lease) as may_write:
                 return self._transaction(lambda db: read(db, may_write), write=may_write)
 
-        if not repair:
-            return await self._in_thread(read_only, write=False)
-        return await self._writer.run(run)
+        with gc_paused():  # every caller's load, not only a resume's (its objects survive)
+            if not repair:
+                return await self._in_thread(read_only, write=False)
+            return await self._writer.run(run)
 
     async def exists(self, session_id: str) -> bool:
         check_session_id(session_id)

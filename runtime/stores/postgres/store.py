@@ -39,6 +39,7 @@ from ....codecs.rows import (
     meta_from_row,
     session_row,
 )
+from ...control.collector import gc_paused
 from ...errors import (
     ActorloopError,
     ErrorCode,
@@ -399,15 +400,16 @@ class PostgresStore:
                     self._append_fixes(conn, session_id, fixes, stored.owner.epoch + 1, None)
             return stored.meta, (*events, *fixes)
 
-        if not repair:
-            return await self._run(read_only)
-        if lease is None:
-            return await self._run(without_lease)
-        claim = self._claims.held(lease, session_id)
-        started = time.monotonic()
-        loaded, epoch = await self._run(partial(with_lease, claim))
-        self._taken(claim, epoch, started)
-        return loaded
+        with gc_paused():  # every caller's load pauses the collector (control/collector.py)
+            if not repair:
+                return await self._run(read_only)
+            if lease is None:
+                return await self._run(without_lease)
+            claim = self._claims.held(lease, session_id)
+            started = time.monotonic()
+            loaded, epoch = await self._run(partial(with_lease, claim))
+            self._taken(claim, epoch, started)
+            return loaded
 
     def _append_fixes(
         self,
