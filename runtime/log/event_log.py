@@ -9,6 +9,7 @@ from ..model.events import SessionEvent
 from .header_algebra import HeaderFold
 from .structure import TurnStructure
 from .surface import SurfaceFold
+from .usage import UsageFold
 
 
 class EventLog:
@@ -76,9 +77,11 @@ class EventLog:
 class FoldState:
     """Everything folded from the log; replaceable as a unit so appends stay transactional."""
 
-    __slots__ = ("header", "structure", "surface")
+    __slots__ = ("header", "structure", "surface", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, usage_from: int = 0) -> None:
         self.structure = TurnStructure()
         self.surface = SurfaceFold()
         self.header = HeaderFold()
+        self.usage = UsageFold(usage_from)
+        """The session's own usage: from its first own seq (a fork's seed length) on."""

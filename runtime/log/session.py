@@ -28,6 +28,7 @@ from .admission import (
 from .event_log import EventLog, FoldState
 from .replay import Replays, replay
 from .surface import SurfaceFold
+from .usage import UsageTotals
 
 log = logging.getLogger("actorloop.session")
 
@@ -40,7 +41,7 @@ class Session:
     def __init__(self, meta: SessionMeta, log: EventLog | None = None) -> None:
         self.meta = meta
         self._log = log if log is not None else EventLog()
-        self._state: FoldState | None = FoldState() if log is None else None
+        self._state: FoldState | None = FoldState(meta.seed_length or 0) if log is None else None
         self._observers: list[SessionObserver] = []
         self._undelivered: deque[SessionEvent] = deque()
         self._delivering = False
@@ -143,6 +144,11 @@ class Session:
         """The number of the latest turn started (0 for none)."""
         return self._folded().structure.last_turn
 
+    def usage(self) -> UsageTotals:
+        """What this session's own model and summarizer calls used (a fork child's seed is
+        its parent's and not counted), kept as events are appended: O(1) per read."""
+        return self._folded().usage.totals()
+
     def history_chain(self) -> bytes:
         """The hash chain over the current derivation (decision 0002)."""
         return self._folded().surface.history_chain()
@@ -220,6 +226,7 @@ class Session:
         if event.surface_op is not None:
             state.surface.apply(event)
         state.header.feed(event)
+        state.usage.add(event)
         self._notify(event)
         return event
 
@@ -289,12 +296,13 @@ class Session:
     def _folded(self) -> FoldState:
         """The folded state; a forked child replays its shared seed on first use."""
         if self._state is None:
-            state = FoldState()
+            state = FoldState(self.meta.seed_length or 0)
             for event in self._log:
                 state.structure.advance(event)
                 if event.surface_op is not None:
                     state.surface.apply(event)
                 state.header.feed(event)
+                state.usage.add(event)
             self._state = state
         return self._state
 

@@ -19,7 +19,6 @@ from ..errors import AgentBusy, SessionBusy, SessionExists, SessionNotFound, Ver
 from ..host.runtime import Runtime
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
-from ..log.usage import session_usage
 from ..log.verify import verify_log
 from ..model.hook_values import TurnResult
 from ..model.messages import Content
@@ -304,7 +303,7 @@ class SessionService:
         """Status, lineage, turns, the folded header and usage of one session."""
         session = await self.session(session_id)
         meta = session.meta
-        usage = session_usage(meta, session.events)
+        usage = session.usage()
         header = session.header()
         label = meta.labels.get(PROFILE_LABEL)
         recorded = label.get("profile") if isinstance(label, Mapping) else None
