@@ -17,6 +17,7 @@ from ..model.events import DATA_BY_TYPE, EventData, SessionEvent, SurfaceOp, Tur
 from ..model.header import EpochHeader
 from ..model.messages import Message
 from ..model.meta import SessionMeta, now_ms
+from ..model.snapshot import FoldSnapshot
 from .admission import (
     HEADER_DATA,
     check_envelope,
@@ -45,6 +46,9 @@ class Session:
         self._observers: list[SessionObserver] = []
         self._undelivered: deque[SessionEvent] = deque()
         self._delivering = False
+        self.snapshot: FoldSnapshot | None = None
+        """The fold snapshot this session was restored from (`log/snapshots.py`), if any:
+        its token meter starts from the snapshot's instead of scanning the log."""
 
     # construction ---------------------------------------------------------------------
 
@@ -86,6 +90,30 @@ class Session:
         session = cls(_make_meta(session_id, meta), EventLog(events=events))
         session._state = _replays.take(session_id, events)
         return session
+
+    @classmethod
+    def restored(
+        cls, meta: SessionMeta, log: EventLog, state: FoldState, snapshot: FoldSnapshot
+    ) -> Session:
+        """A session over `log` (its prefix read lazily) whose folds are `state`, rebuilt
+        from `snapshot` by `log/snapshots.restore`; no event is replayed here."""
+        session = cls(meta, log)
+        session._state = state
+        session.snapshot = snapshot
+        return session
+
+    def extend_loaded(self, events: Iterable[SessionEvent]) -> None:
+        """Commit stored events (decoded, so already detached) through every append rule,
+        as a load's replay does; for the events after a restored snapshot. Nobody
+        observes a session being loaded, so no observer is told."""
+        for event in events:
+            self._commit(event, detach=False)
+
+    @property
+    def folds(self) -> FoldState:
+        """The folded state (structure, surface, header, usage), for a fold snapshot: read
+        it, never change it."""
+        return self._folded()
 
     # reading --------------------------------------------------------------------------
 

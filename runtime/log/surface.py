@@ -7,7 +7,7 @@ positions at and after the replaced span.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...codecs.converter import canonical_bytes
 from ..errors import SessionValidationError
@@ -57,6 +57,7 @@ class SurfaceFold:
     __slots__ = (
         "_chain",
         "_derived",
+        "_lazy",
         "_messages",
         "_messages_nodes",
         "_nodes",
@@ -74,6 +75,37 @@ class SurfaceFold:
         self._messages_nodes = 0
         # _chain[i] = hash chain over the first i+1 derived messages (lazily extended).
         self._chain: list[bytes] = []
+        # Restored from a fold snapshot: what the first nodes derive to, projected on first
+        # use (their events are read from the store then), and until then placeholders.
+        self._lazy: Callable[[], Sequence[Message | None]] | None = None
+
+    @classmethod
+    def restored(
+        cls,
+        nodes: Sequence[int],
+        generation: int,
+        derive: Callable[[], Sequence[Message | None]],
+    ) -> SurfaceFold:
+        """The fold at a snapshot: its node seqs and `Replace` generation; `derive()` gives
+        what those nodes derive to, called once, when first needed (a derivation, a hash
+        chain or a `Replace`); appends before then need none of it."""
+        fold = cls()
+        fold._nodes = list(nodes)
+        fold._derived = [None] * len(fold._nodes)
+        fold._pos = {seq: index for index, seq in enumerate(fold._nodes)}
+        fold.generation = generation
+        fold._lazy = derive if fold._nodes else None
+        return fold
+
+    def _settle(self) -> None:
+        """Project the restored nodes (once): `_derived` then holds every node's message."""
+        lazy = self._lazy
+        if lazy is not None:
+            derived = list(lazy())
+            if len(derived) > len(self._derived):
+                raise ValueError("a restored surface derived more nodes than it holds")
+            self._derived[: len(derived)] = derived
+            self._lazy = None
 
     @property
     def nodes(self) -> tuple[int, ...]:
@@ -136,6 +168,8 @@ class SurfaceFold:
         op = event.surface_op
         message = project(event)
         if isinstance(op, Replace):
+            if self._lazy is not None:
+                self._settle()
             start, end = self._pos[op.start], self._pos[op.end]
             if start < self._messages_nodes:
                 # Keep the cached messages derived before `start`; count them from the
@@ -166,6 +200,8 @@ class SurfaceFold:
             self._derived.append(message)
 
     def messages(self) -> tuple[Message, ...]:
+        if self._lazy is not None:
+            self._settle()
         if self._messages_nodes < len(self._nodes):
             fresh = [m for m in self._derived[self._messages_nodes :] if m is not None]
             if fresh:

@@ -164,7 +164,7 @@ class SessionService:
         agent = self.runtime.get(session_id)
         if agent is not None:
             return agent.session
-        return await load_session(self.runtime.store, session_id, repair=False)
+        return await load_session(self.runtime.store, session_id, repair=False, folded=True)
 
     async def require(self, session_id: str) -> None:
         """Raise `SessionNotFound` unless `session_id` is live or stored."""

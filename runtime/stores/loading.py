@@ -10,15 +10,39 @@ from ..control.collector import gc_paused as gc_paused  # re-exported: its old h
 from ..errors import ErrorCode, SessionForkError, SessionNotFound
 from ..log.session import Session, new_session_id
 from .base import Store
+from .leases import Lease
+from .snapshots import snapshot_store
 
 
-async def load_session(store: Store, session_id: str, *, repair: bool = True) -> Session:
+async def load_session(
+    store: Store, session_id: str, *, repair: bool = True, folded: bool = False
+) -> Session:
     """Load a stored session for inspection; `repair=False` reads the durable part only
-    (nothing written, no lease needed, so a session live elsewhere can be looked at)."""
+    (nothing written, no lease needed, so a session live elsewhere can be looked at).
+
+    `folded=True` lets a store that keeps fold snapshots start from its latest one
+    (`load_stored`): the events before it are then read from the store on first access,
+    so the store must stay open while the session is used."""
     if not await store.exists(session_id):
         raise SessionNotFound(session_id)
+    if folded:
+        return await load_stored(store, session_id, repair=repair)
     with gc_paused():
         meta, events = await store.load(session_id, repair=repair)
+        return Session.from_loaded(session_id, events, meta)
+
+
+async def load_stored(
+    store: Store, session_id: str, *, lease: Lease | None = None, repair: bool = True
+) -> Session:
+    """The stored session as a `Session`, as `store.load` then `Session.from_loaded` give
+    it; a store keeping fold snapshots starts from its latest valid one (persistence.md
+    §2.7) and reads the events before it lazily, from the store, on first access."""
+    folding = snapshot_store(store)
+    with gc_paused():
+        if folding is not None:
+            return await folding.load_folded(session_id, lease=lease, repair=repair)
+        meta, events = await store.load(session_id, lease=lease, repair=repair)
         return Session.from_loaded(session_id, events, meta)
 
 

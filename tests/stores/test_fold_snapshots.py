@@ -1,0 +1,238 @@
+"""Fold snapshots on SQLite (issue 38, persistence.md §2.7): a load from the latest valid
+snapshot plus the rows after it gives the very session a full replay gives (the same
+folds, events, usage and the same next request, byte for byte, also after a fork at an
+older boundary); a snapshot that does not check out is ignored and reported; the events
+before a snapshot are read on first access, and damage there is still found by
+`check_integrity` and by a full `load`."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import build_log, programs
+
+from actorloop.codecs.converter import canonical_bytes
+from actorloop.runtime import AgentOptions, Tool
+from actorloop.runtime.errors import SessionCorruptError
+from actorloop.runtime.host.runtime import Runtime
+from actorloop.runtime.log.event_log import LazyPrefix
+from actorloop.runtime.log.session import Session
+from actorloop.runtime.log.snapshots import SNAPSHOT_EVERY, take_snapshot
+from actorloop.runtime.log.tokens import TokenMeter
+from actorloop.runtime.model.events import SessionEvent
+from actorloop.runtime.model.meta import SessionMeta
+from actorloop.runtime.stores.loading import load_stored
+from actorloop.runtime.stores.sqlite import SqliteStore
+from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
+
+
+async def _lookup(args: dict[str, object], ctx: object) -> str:
+    return "found " + str(args.get("q", ""))
+
+
+LOOKUP = Tool("lookup", "Look a thing up.", {"type": "object"}, _lookup)
+OPTIONS = AgentOptions(model="m", system="be brief", tools=(LOOKUP,))
+TURNS = SNAPSHOT_EVERY // 9 + 4  # a tool turn is 16 events here: past one snapshot, a tail
+
+
+def _script(provider: ScriptedProvider, turns: int) -> None:
+    for turn in range(turns):
+        if turn % 2:
+            provider.push(tool_call(f"c{turn}", "lookup", {"q": f"t{turn}"}))
+        provider.push(reply(f"answer {turn}"))
+
+
+async def _build(path: Path, turns: int = TURNS) -> None:
+    provider = ScriptedProvider()
+    _script(provider, turns)
+    store = SqliteStore(path)
+    async with Runtime.open(store=store, provider=provider) as rt:
+        agent = await rt.spawn(OPTIONS, session_id="s")
+        for turn in range(turns):
+            await agent.send(f"question {turn}")
+    assert store.snapshot_counters.written >= 1
+
+
+def _copy(source: Path, target: Path) -> None:
+    for suffix in ("", "-wal"):
+        if Path(f"{source}{suffix}").exists():
+            shutil.copyfile(f"{source}{suffix}", f"{target}{suffix}")
+
+
+async def _next_request(
+    path: Path, session_id: str, *, snapshots: bool
+) -> tuple[bytes, tuple[SessionEvent, ...], bool]:
+    """Resume `session_id` from `path` and send one message: the request it made, the
+    session's events after it, and whether its restored prefix was still unread then."""
+    provider = ScriptedProvider()
+    provider.push(reply("resumed"))
+    store = SqliteStore(path, snapshots=snapshots)
+    async with Runtime.open(store=store, provider=provider) as rt:
+        agent = await rt.resume(session_id, OPTIONS)
+        assert store.snapshot_counters.restored == (1 if snapshots else 0)
+        await agent.send("one more")
+        base = agent.session._log._base
+        unread = isinstance(base, LazyPrefix) and not base.loaded
+        events = agent.session.events  # the whole prefix read now, every row checked
+    (request,) = provider.requests
+    return canonical_bytes(request), events, unread
+
+
+async def test_a_resume_from_a_snapshot_sends_the_same_request(tmp_path: Path) -> None:
+    await _build(tmp_path / "a.db")
+    _copy(tmp_path / "a.db", tmp_path / "b.db")
+    with_snapshot, folded, unread = await _next_request(tmp_path / "a.db", "s", snapshots=True)
+    without, replayed, _ = await _next_request(tmp_path / "b.db", "s", snapshots=False)
+    assert with_snapshot == without
+    assert unread  # only the surface's events were read to build that request
+    assert _timeless(folded) == _timeless(replayed)
+
+
+def _timeless(events: tuple[SessionEvent, ...]) -> list[SessionEvent]:
+    """The events with their clock stamps left out (the two resumes ran at other times)."""
+    return [attrs.evolve(event, time=0) for event in events]
+
+
+async def test_a_fork_at_an_older_boundary_sends_the_same_request(tmp_path: Path) -> None:
+    await _build(tmp_path / "a.db")
+    _copy(tmp_path / "a.db", tmp_path / "b.db")
+    requests = []
+    for name, snapshots in (("a.db", True), ("b.db", False)):
+        provider = ScriptedProvider()
+        provider.push(reply("forked"), reply("stored fork"))
+        store = SqliteStore(tmp_path / name, snapshots=snapshots)
+        async with Runtime.open(store=store, provider=provider) as rt:
+            agent = await rt.resume("s", OPTIONS)
+            ends = [e.seq for e in agent.session.events if e.type == "turn/end"]
+            child = await rt.fork("s", boundary=ends[len(ends) // 2], child_id="live-child")
+            await child.send("from the middle")
+            await child.dispose()
+            await agent.dispose()
+            stored = await rt.fork("s", boundary=ends[3], child_id="stored-child")
+            await stored.send("from early on")
+        requests.append(tuple(canonical_bytes(r) for r in provider.requests))
+    assert requests[0] == requests[1]
+
+
+async def test_a_damaged_or_foreign_snapshot_is_ignored_and_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _build(tmp_path / "a.db")
+    _copy(tmp_path / "a.db", tmp_path / "b.db")
+    expected, _, _ = await _next_request(tmp_path / "b.db", "s", snapshots=False)
+    damage = (
+        "UPDATE snapshots SET body = CAST(replace(CAST(body AS TEXT), '\"nodes\":[', "
+        "'\"nodes\":[1,') AS BLOB)",  # a changed body: its checksum no longer holds
+        "UPDATE snapshots SET version = version + 1",  # a format this build does not know
+        "UPDATE snapshots SET row_crc = row_crc + 1",  # keyed to another row
+    )
+    for index, statement in enumerate(damage):
+        path = tmp_path / f"d{index}.db"
+        _copy(tmp_path / "a.db", path)
+        db = sqlite3.connect(path)
+        with db:
+            assert db.execute(statement).rowcount == 1
+        db.close()
+        store = SqliteStore(path)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="actorloop.store"):
+            try:
+                session = await load_stored(store, "s")
+            finally:
+                await store.close()
+        assert store.snapshot_counters.ignored == 1
+        assert store.snapshot_counters.restored == 0
+        assert "fold snapshot ignored" in caplog.text
+        assert isinstance(session._log._base, type(None))
+        request, _, _ = await _next_request(path, "s", snapshots=False)
+        assert request == expected
+
+
+async def test_damage_before_the_snapshot_is_found_on_access_and_by_the_checks(
+    tmp_path: Path,
+) -> None:
+    await _build(tmp_path / "a.db")
+    db = sqlite3.connect(tmp_path / "a.db")
+    with db:
+        db.execute("UPDATE events SET crc = crc + 1 WHERE session_id = 's' AND seq = 3")
+    db.close()
+    store = SqliteStore(tmp_path / "a.db")
+    try:
+        session = await load_stored(store, "s")
+        assert store.snapshot_counters.restored == 1
+        with pytest.raises(SessionCorruptError, match="seq 3"):
+            session.events  # noqa: B018 - the lazy read is what is tested
+        problems = await store.check_integrity()
+        assert any("seq 3" in problem for problem in problems)
+        with pytest.raises(SessionCorruptError, match="seq 3"):
+            await store.load("s")
+    finally:
+        await store.close()
+
+
+# ------------------------------------------------------------------ random logs
+
+
+async def _store_log(
+    path: Path, events: tuple[SessionEvent, ...], cut: int | None, *, snapshots: bool
+) -> SqliteStore:
+    store = SqliteStore(path, snapshots=snapshots)
+    await store.create(SessionMeta("r"))
+    await store.append("r", events)
+    if cut is not None:
+        prefix = Session.from_events("r", events[: cut + 1])
+        snapshot = take_snapshot(prefix, TokenMeter(prefix))
+        assert snapshot is not None
+        await store.save_snapshot("r", snapshot)
+    return store
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(programs(max_turns=5, open_last=None), st.data())
+def test_a_load_from_a_snapshot_equals_a_full_replay(
+    tmp_path_factory: pytest.TempPathFactory, program: list[object], data: st.DataObject
+) -> None:
+    """Random loop-shaped logs (compaction replaces, prunes, an open last turn that the
+    load repairs), a snapshot at a random turn boundary: the same session either way."""
+    events = build_log(program)
+    ends = [event.seq for event in events if event.type == "turn/end"]
+    if not ends:
+        return
+    cut = data.draw(st.sampled_from(ends))
+    folder = tmp_path_factory.mktemp("r")
+
+    async def check() -> None:
+        folding = await _store_log(folder / "a.db", events, cut, snapshots=True)
+        plain = await _store_log(folder / "b.db", events, None, snapshots=False)
+        try:
+            folded = await load_stored(folding, "r")
+            replayed = await load_stored(plain, "r")
+            assert folding.snapshot_counters.restored == 1
+            assert folded.derive_messages() == replayed.derive_messages()
+            assert folded.history_chain() == replayed.history_chain()
+            assert folded.header() == replayed.header()
+            assert folded.usage() == replayed.usage()
+            assert folded.folds.structure == replayed.folds.structure
+            assert folded.surface == replayed.surface
+            assert folded.replace_generation == replayed.replace_generation
+            assert TokenMeter(folded).state() == TokenMeter(replayed).state()
+            assert folded.events == replayed.events
+            again = await load_stored(folding, "r")  # the repair, if any, was written
+            assert again.events == replayed.events
+        finally:
+            await folding.close()
+            await plain.close()
+
+    trio.run(check)
