@@ -4,8 +4,10 @@ so a snapshot of another format is refused before anything else is interpreted."
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import orjson
+from attrs import evolve
 
 from ..runtime.errors import SessionFormatError
 from ..runtime.model.snapshot import SNAPSHOT_VERSION, FoldSnapshot
@@ -38,8 +40,23 @@ def decode_snapshot(raw: bytes, where: str) -> FoldSnapshot:
         raise SnapshotUnusable(
             where, f"snapshot version {version!r:.20} is not {SNAPSHOT_VERSION}, this build's"
         )
+    # The two long int arrays (one entry per surface node) are checked here in bulk: the
+    # converter's per-element hook would make the decode grow with the surface.
+    meter = body.get("meter")
+    nodes: Any = body.get("nodes")
+    costs: Any = meter.get("costs") if isinstance(meter, dict) else None
+    if not (_ints(nodes) and _ints(costs)):
+        raise SnapshotUnusable(where, "snapshot nodes or costs are not arrays of ints >= 0")
+    body["nodes"], meter["costs"] = [], []
     try:
         snapshot: FoldSnapshot = structure_as(body, FoldSnapshot)
     except SessionFormatError as exc:
         raise SnapshotUnusable(where, f"snapshot does not decode: {exc.problem}") from exc
-    return snapshot
+    return evolve(snapshot, nodes=tuple(nodes), meter=evolve(snapshot.meter, costs=tuple(costs)))
+
+
+def _ints(value: object) -> bool:
+    """Whether `value` is a list of ints >= 0 (bools excluded), checked in C loops."""
+    if type(value) is not list:
+        return False
+    return not value or (set(map(type, value)) == {int} and min(value) >= 0)

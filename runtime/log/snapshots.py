@@ -76,9 +76,9 @@ def snapshot_problem(meta: SessionMeta, snapshot: FoldSnapshot, head: int) -> st
     if snapshot.structure.open_turn is not None or snapshot.structure.open_step is not None:
         return "it was taken inside a turn"
     nodes = snapshot.nodes
-    if len(nodes) != len(snapshot.meter.costs) or len(set(nodes)) != len(nodes):
+    if len(nodes) != len(snapshot.meter.costs):
         return "its surface nodes and their costs disagree"
-    if any(not 0 <= seq < length for seq in nodes):
+    if nodes and (min(nodes) < 0 or max(nodes) >= length):
         return "a surface node lies outside its length"
     if snapshot.usage.start != (meta.seed_length or 0):
         return "its usage does not start at the session's own events"

@@ -68,7 +68,8 @@ class SurfaceFold:
     def __init__(self) -> None:
         self._nodes: list[int] = []
         self._derived: list[Message | None] = []
-        self._pos: dict[int, int] = {}
+        self._pos: dict[int, int] | None = {}
+        """Node seq → position; None (restored, not needed yet) until first asked for."""
         self.generation = 0
         # Cached derivation: the tuple for the first `_messages_nodes` nodes.
         self._messages: tuple[Message, ...] = ()
@@ -92,7 +93,7 @@ class SurfaceFold:
         fold = cls()
         fold._nodes = list(nodes)
         fold._derived = [None] * len(fold._nodes)
-        fold._pos = {seq: index for index, seq in enumerate(fold._nodes)}
+        fold._pos = None  # built on first use: appends need none of it
         fold.generation = generation
         fold._lazy = derive if fold._nodes else None
         return fold
@@ -115,14 +116,25 @@ class SurfaceFold:
         return len(self._nodes)
 
     def position(self, seq: int) -> int | None:
-        return self._pos.get(seq)
+        return self._positions().get(seq)
+
+    def _positions(self) -> dict[int, int]:
+        positions = self._pos
+        if positions is None:
+            positions = dict(zip(self._nodes, range(len(self._nodes)), strict=True))
+            if len(positions) != len(self._nodes):
+                seq = next(seq for seq in self._nodes if self._nodes.count(seq) > 1)
+                raise SessionValidationError(seq, "a restored surface names this node twice")
+            self._pos = positions
+        return positions
 
     def check(self, event: SessionEvent, lookup: SessionEventLookup) -> None:
         """Raise if `event`'s surface op cannot apply; changes nothing."""
         op = event.surface_op
         if not isinstance(op, Replace):
             return
-        start, end = self._pos.get(op.start), self._pos.get(op.end)
+        positions = self._positions()
+        start, end = positions.get(op.start), positions.get(op.end)
         if start is None or end is None:
             missing = op.start if start is None else op.end
             raise SessionValidationError(
@@ -170,7 +182,8 @@ class SurfaceFold:
         if isinstance(op, Replace):
             if self._lazy is not None:
                 self._settle()
-            start, end = self._pos[op.start], self._pos[op.end]
+            positions = self._positions()
+            start, end = positions[op.start], positions[op.end]
             if start < self._messages_nodes:
                 # Keep the cached messages derived before `start`; count them from the
                 # nearer end of the cached range rather than always from position 0.
@@ -187,15 +200,16 @@ class SurfaceFold:
             self._nodes[start : end + 1] = [event.seq]
             self._derived[start : end + 1] = [message]
             for seq in shadowed:
-                del self._pos[seq]
-            self._pos[event.seq] = start
+                del positions[seq]
+            positions[event.seq] = start
             if end > start:  # later nodes moved left: only their positions change
                 nodes = self._nodes
                 for index in range(start + 1, len(nodes)):
-                    self._pos[nodes[index]] = index
+                    positions[nodes[index]] = index
             self.generation += 1
         else:
-            self._pos[event.seq] = len(self._nodes)
+            if self._pos is not None:
+                self._pos[event.seq] = len(self._nodes)
             self._nodes.append(event.seq)
             self._derived.append(message)
 
