@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import attrs
@@ -236,3 +239,63 @@ def test_a_load_from_a_snapshot_equals_a_full_replay(
             await plain.close()
 
     trio.run(check)
+
+
+# ------------------------------------------------------------------ real crashes
+
+CHILD = Path(__file__).resolve().parents[1] / "kits" / "snapshot_crash_child.py"
+
+
+def _run_until(path: Path, mode: str, marker: str) -> str:
+    """Start the crash child, read its lines until `marker`, then kill -9 it there."""
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), str(path), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if line.startswith(marker):
+                child.send_signal(signal.SIGKILL)
+                child.wait(30)
+                return line.strip()
+        raise AssertionError(f"the child ended (status {child.wait(30)}) before {marker}")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(30)
+
+
+@pytest.mark.parametrize(
+    ("mode", "marker", "restored"),
+    [("before-first", "SAVING", 0), ("before-second", "SAVING", 1), ("in-tool", "IN-TOOL", 1)],
+)
+async def test_a_kill_between_the_rows_and_the_snapshot_leaves_a_loadable_session(
+    tmp_path: Path, mode: str, marker: str, restored: int
+) -> None:
+    """kill -9 after a barrier's rows committed and before their snapshot was written (no
+    snapshot yet, or an older one), or in a tool call after a snapshot (the open turn is
+    repaired from the rows after it): the load gives what a full replay gives."""
+    path = tmp_path / "c.db"
+    _run_until(path, mode, marker)
+    _copy(path, tmp_path / "full.db")
+    store = SqliteStore(path)
+    plain = SqliteStore(tmp_path / "full.db", snapshots=False)
+    try:
+        folded = await load_stored(store, "s")
+        replayed = await load_stored(plain, "s")
+        assert store.snapshot_counters.restored == restored
+        assert store.snapshot_counters.ignored == 0
+        assert folded.open_turn is None and replayed.open_turn is None
+        assert folded.derive_messages() == replayed.derive_messages()
+        assert folded.usage() == replayed.usage()
+        assert TokenMeter(folded).state() == TokenMeter(replayed).state()
+        assert folded.events == replayed.events
+        if mode == "in-tool":
+            assert folded.events[-1].type == "turn/end"
+            assert folded.events[-1].data.reason.kind == "interrupted"  # type: ignore[union-attr]
+    finally:
+        await store.close()
+        await plain.close()
