@@ -5,13 +5,19 @@ reports, and what every such store checks of a stored snapshot before trusting i
 from __future__ import annotations
 
 import logging
-from typing import Protocol, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, cast
 
 from attrs import define
 
+from ...codecs.rows import event_from_row
 from ...codecs.snapshots import SnapshotUnusable, decode_snapshot, snapshot_crc
+from ..errors import SessionFormatError, SessionValidationError
+from ..log.event_log import LazyPrefix
+from ..log.repair import closers
 from ..log.session import Session
-from ..log.snapshots import snapshot_problem
+from ..log.snapshots import restore, snapshot_problem
+from ..model.events import SessionEvent
 from ..model.meta import SessionMeta
 from ..model.snapshot import SNAPSHOT_VERSION, FoldSnapshot
 from .base import Store
@@ -88,3 +94,57 @@ def checked_snapshot(
     if problem is not None:
         raise SnapshotUnusable(where, f"snapshot does not fit the log: {problem}")
     return snapshot, row_crc
+
+
+def checked_tail(
+    rows: Iterable[Sequence[Any]],
+    meta: SessionMeta,
+    head: int,
+    key: int,
+    row_crc: int,
+    locate: Callable[[int | None], str],
+) -> list[SessionEvent]:
+    """The events of `rows` (`READ_COLUMNS`, from seq `key`, the snapshot's last, whose
+    row checksum must be `row_crc`, to the head), each row checked; SnapshotUnusable if
+    anything is off (the whole log's load then reports it as the damage it is)."""
+    events: list[SessionEvent] = []
+    for row in rows:
+        expected = key + len(events)
+        where = locate(expected)
+        if row[0] != expected or expected >= head:
+            raise SnapshotUnusable(where, "the rows after the snapshot are not contiguous")
+        if expected == key and row[4] != row_crc:
+            raise SnapshotUnusable(where, "the snapshot's row is not the one it was keyed to")
+        try:
+            events.append(event_from_row(meta.id, tuple(row), where))
+        except SessionFormatError as exc:
+            raise SnapshotUnusable(where, f"a row after the snapshot: {exc.problem}") from exc
+    if key + len(events) != head:
+        raise SnapshotUnusable(locate(None), "the rows after the snapshot end before the head")
+    return events
+
+
+def restored_session(
+    meta: SessionMeta,
+    snapshot: FoldSnapshot,
+    tail: Sequence[SessionEvent],
+    read: Callable[[], Sequence[SessionEvent]],
+    pick: Callable[[Sequence[int]], Sequence[SessionEvent]],
+    *,
+    repair: bool,
+    where: str,
+) -> tuple[Session, tuple[SessionEvent, ...]]:
+    """The session from `snapshot` and `tail` (the snapshot's last event, then the rest),
+    its events before read by `read`/`pick` on first access; and, with `repair`, the
+    closers of an open last turn, already appended (the caller writes them). The tail
+    breaking a rule on top of the snapshot is SnapshotUnusable."""
+    session = restore(meta, snapshot, LazyPrefix(snapshot.length, read, pick, tail[:1]))
+    try:
+        session.extend_loaded(tail[1:])
+    except (SessionValidationError, SessionFormatError) as exc:
+        problem = f"the rows after it break a rule on top of it: {exc}"
+        raise SnapshotUnusable(where, problem) from exc
+    fixes = closers(tail[1:], snapshot.length) if repair else ()
+    for event in fixes:
+        session.append_event(event)
+    return session, fixes

@@ -12,17 +12,14 @@ from typing import Any, TypeVar
 from ...codecs.rows import READ_COLUMNS, event_from_row, event_rows
 from ...codecs.snapshots import SnapshotUnusable, encode_snapshot, snapshot_crc
 from ..control.collector import gc_paused
-from ..errors import SessionCorruptError, SessionFormatError, SessionValidationError
-from ..log.event_log import LazyPrefix
-from ..log.repair import closers
+from ..errors import SessionCorruptError, SessionFormatError
 from ..log.session import Session
-from ..log.snapshots import restore
 from ..model.events import SessionEvent
 from ..model.meta import SessionMeta
 from ..model.snapshot import SNAPSHOT_VERSION, FoldSnapshot
 from .base import Loaded, RowSource, parent_of, plan_repair, read_rows, refuse_live_repair
 from .leases import Lease, LeaseTable
-from .snapshots import SnapshotCounters, checked_snapshot
+from .snapshots import SnapshotCounters, checked_snapshot, checked_tail, restored_session
 from .sqlite_reads import SqliteReads
 from .sqlite_schema import INSERT_EVENTS, SET_HEAD
 
@@ -146,57 +143,35 @@ class SqliteSnapshots(SqliteReads):
         where = self._where(session_id)
         try:
             snapshot, row_crc = checked_snapshot(meta, head, stored, where)
-            tail = self._tail(db, meta, head, snapshot.length - 1, row_crc)
+            key = snapshot.length - 1
+            rows = db.execute(
+                f"SELECT {READ_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                (session_id, key),
+            )
+            tail = checked_tail(
+                rows, meta, head, key, row_crc, lambda seq: self._where(session_id, seq)
+            )
             lineage = self._lineage(db, meta)
-            prefix = LazyPrefix(
-                snapshot.length,
+            session, fixes = restored_session(
+                meta,
+                snapshot,
+                tail,
                 lambda: self._lazy_read(meta, head, snapshot.length),
                 lambda seqs: self._lazy_pick(lineage, seqs),
-                tail[:1],
+                repair=repair,
+                where=where,
             )
-            session = restore(meta, snapshot, prefix)
-            session.extend_loaded(tail[1:])
         except SnapshotUnusable as exc:
             self.snapshot_counters.ignore(session_id, exc)
             return None
-        except (SessionValidationError, SessionFormatError) as exc:
-            # The rows after it break a rule on top of it: the whole log decides.
-            self.snapshot_counters.ignore(session_id, SnapshotUnusable(where, str(exc)))
-            return None
-        fixes = closers(tail[1:], snapshot.length) if repair else ()
         if fixes:
             if not may_write:
                 raise refuse_live_repair(session_id, "its last turn has no turn/end")
-            for event in fixes:
-                session.append_event(event)
             self._tails.pop(session_id, None)
             db.executemany(INSERT_EVENTS, event_rows(session_id, fixes))
             db.execute(SET_HEAD, (fixes[-1].seq + 1, session_id))
         self.snapshot_counters.restored += 1
         return session
-
-    def _tail(
-        self, db: sqlite3.Connection, meta: SessionMeta, head: int, key: int, row_crc: int
-    ) -> list[SessionEvent]:
-        """The events from seq `key` (the snapshot's last, whose row checksum must be
-        `row_crc`) to the head, each row checked; SnapshotUnusable if anything is off (the
-        whole log's load then reports it as the damage it is)."""
-        rows = db.execute(
-            f"SELECT {READ_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
-            (meta.id, key),
-        )
-        events: list[SessionEvent] = []
-        for row in rows:
-            expected = key + len(events)
-            where = self._where(meta.id, expected)
-            if row[0] != expected or expected >= head:
-                raise SnapshotUnusable(where, "the rows after the snapshot are not contiguous")
-            if expected == key and row[4] != row_crc:
-                raise SnapshotUnusable(where, "the snapshot's row is not the one it was taken at")
-            events.append(event_from_row(meta.id, row, where))
-        if key + len(events) != head:
-            raise SnapshotUnusable(self._where(meta.id), "the rows after the snapshot are short")
-        return events
 
     def _lineage(self, db: sqlite3.Connection, meta: SessionMeta) -> tuple[tuple[str, int], ...]:
         """Per session of the fork chain, child first: its id and its first own seq."""
