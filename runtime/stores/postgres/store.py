@@ -73,6 +73,7 @@ from ..base import (
 )
 from ..ids import check_session_id
 from ..leases import Lease
+from . import snapshots as pg_snapshots
 from .claims import Claim, Claims, Owner
 from .commit import GroupCommit, RowRefused, Write
 from .config import parse_url
@@ -105,7 +106,7 @@ class _Stored:
     owner: Owner
 
 
-class PostgresStore:
+class PostgresStore(pg_snapshots.FoldSnapshots):
     """The `Store` seam over PostgreSQL; see the module docstring. Open with
     `open_store("postgresql://user@host/db?lease_s=15")` or `PostgresStore(url)`."""
 
@@ -120,6 +121,7 @@ class PostgresStore:
         self._keeper = LeaseKeeper(self._claims, self.settings, self._run)
         self._group_commit = GroupCommit(self._claims, self.settings, self._corrupt)
         self._fence_listeners: list[Callable[[str], None]] = []
+        self.snapshot_state = pg_snapshots.SnapshotState()
 
     # connections (connections.py) ------------------------------------------------------
 
