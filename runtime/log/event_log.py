@@ -4,12 +4,16 @@ instead of copying them) and `FoldState` (the folds over it, replaced as a unit)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 
 from ..model.events import SessionEvent
 from .header_algebra import HeaderFold
 from .structure import TurnStructure
 from .surface import SurfaceFold
 from .usage import UsageFold
+
+PICK_WINDOW = 256
+"""Events a restored prefix reads at once for an index it has not read yet."""
 
 
 class LazyPrefix:
@@ -47,9 +51,11 @@ class LazyPrefix:
         known = self._known.get(index)
         if known is not None:
             return known
-        if self._pick is None:
+        if self._pick is None or not 0 <= index < self._length:
             return self.snapshot()[index]
-        return self.pick((index,))[0]
+        # A window from `index` on: one read serves a reader walking the log in order.
+        self.pick(range(index, min(index + PICK_WINDOW, self._length)))
+        return self._known[index]
 
     def pick(self, seqs: Sequence[int]) -> list[SessionEvent]:
         """The events at `seqs` (each < length), reading only those not read yet."""
@@ -110,8 +116,9 @@ class EventLog:
         if isinstance(self._base, LazyPrefix):
             yield from self._base.snapshot()[: self._base_len]
         elif self._base is not None:
-            for index in range(self._base_len):
-                yield self._base[index]
+            # The parent's own iteration (a restored prefix under it is read in one go,
+            # not event by event); its list only grows, so the first base_len stay put.
+            yield from islice(iter(self._base), self._base_len)
         yield from self._own
 
     def append(self, event: SessionEvent) -> None:

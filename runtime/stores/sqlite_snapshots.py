@@ -17,7 +17,15 @@ from ..log.session import Session
 from ..model.events import SessionEvent
 from ..model.meta import SessionMeta
 from ..model.snapshot import SNAPSHOT_VERSION, FoldSnapshot
-from .base import Loaded, RowSource, parent_of, plan_repair, read_rows, refuse_live_repair
+from .base import (
+    Loaded,
+    RowSource,
+    parent_of,
+    plan_repair,
+    read_rows,
+    refuse_live_repair,
+    validate_stored,
+)
 from .leases import Lease, LeaseTable
 from .snapshots import SnapshotCounters, checked_snapshot, checked_tail, restored_session
 from .sqlite_reads import SqliteReads
@@ -105,7 +113,7 @@ class SqliteSnapshots(SqliteReads):
                 meta, events = self._read_repaired(db, session_id, may_write)
             else:
                 meta, events = self._load_all(db, session_id)
-                plan_repair(meta, events, lambda seq: self._where(session_id, seq))
+                validate_stored(meta, events, lambda seq: self._where(session_id, seq))
             return Session.from_loaded(session_id, events, meta)
 
         def read(db: sqlite3.Connection, may_write: bool) -> Session:

@@ -181,6 +181,21 @@ async def test_damage_before_the_snapshot_is_found_on_access_and_by_the_checks(
         await store.close()
 
 
+async def test_a_reader_walking_the_restored_prefix_reads_it_in_windows(tmp_path: Path) -> None:
+    await _build(tmp_path / "a.db")
+    store = SqliteStore(tmp_path / "a.db")
+    plain = SqliteStore(tmp_path / "a.db", snapshots=False)
+    try:
+        session = await load_stored(store, "s")
+        walked = [session.event(seq) for seq in range(len(session))]
+        prefix = session._log._base
+        assert isinstance(prefix, LazyPrefix) and not prefix.loaded
+        assert walked == list((await load_stored(plain, "s")).events)
+    finally:
+        await store.close()
+        await plain.close()
+
+
 # ------------------------------------------------------------------ random logs
 
 

@@ -90,6 +90,12 @@ class _ObservedSqlite(SqliteStore):
         self.gc_during_load.append(gc.isenabled())
         return loaded
 
+    async def load_folded(self, session_id: str, **kwargs: Any) -> Any:
+        # A resume's load (from a fold snapshot when there is one, persistence.md §2.7).
+        loaded = await super().load_folded(session_id, **kwargs)
+        self.gc_during_load.append(gc.isenabled())
+        return loaded
+
 
 async def test_resume_and_load_session_run_with_the_collector_paused(
     gc_on: None, tmp_path: Path

@@ -21,7 +21,14 @@ from ...log.session import Session
 from ...model.events import SessionEvent
 from ...model.meta import SessionMeta
 from ...model.snapshot import SNAPSHOT_VERSION, FoldSnapshot
-from ..base import RowSource, parent_of, plan_repair, read_rows, refuse_live_repair
+from ..base import (
+    RowSource,
+    parent_of,
+    plan_repair,
+    read_rows,
+    refuse_live_repair,
+    validate_stored,
+)
 from ..ids import check_session_id
 from ..leases import Lease
 from ..snapshots import SnapshotCounters, checked_snapshot, checked_tail, restored_session
@@ -136,7 +143,7 @@ async def load_folded(
             session = folded(conn, stored, False)
             if session is None:
                 events = store._load_all(conn, stored)
-                plan_repair(stored.meta, events, lambda seq: store._where(session_id, seq))
+                validate_stored(stored.meta, events, lambda seq: store._where(session_id, seq))
                 session = Session.from_loaded(session_id, events, stored.meta)
         return session
 
