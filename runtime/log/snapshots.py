@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import SessionFormatError
+from ...codecs.snapshots import pack_ints, unpack_ints
+from ..errors import SessionFormatError, SessionValidationError
 from ..model.messages import Message
 from ..model.meta import SessionMeta
 from ..model.snapshot import SNAPSHOT_VERSION, FoldSnapshot, StructureState, UsageState
@@ -50,7 +51,7 @@ def take_snapshot(session: Session, meter: TokenMeter) -> FoldSnapshot | None:
             tuple(structure.calls_in_step.items()),
             tuple(structure.results_in_step),
         ),
-        nodes=folds.surface.nodes,
+        nodes=pack_ints(folds.surface.nodes),
         generation=folds.surface.generation,
         header=folds.header.current,
         meter=meter_state,
@@ -75,11 +76,8 @@ def snapshot_problem(meta: SessionMeta, snapshot: FoldSnapshot, head: int) -> st
         return f"its length {length} is not within the session's own events (head {head})"
     if snapshot.structure.open_turn is not None or snapshot.structure.open_step is not None:
         return "it was taken inside a turn"
-    nodes = snapshot.nodes
-    if len(nodes) != len(snapshot.meter.costs):
+    if len(snapshot.nodes) != len(snapshot.meter.costs) or len(snapshot.nodes) % 8:
         return "its surface nodes and their costs disagree"
-    if nodes and (min(nodes) < 0 or max(nodes) >= length):
-        return "a surface node lies outside its length"
     if snapshot.usage.start != (meta.seed_length or 0):
         return "its usage does not start at the session's own events"
     return None
@@ -100,12 +98,20 @@ def restore(meta: SessionMeta, snapshot: FoldSnapshot, prefix: LazyPrefix) -> Se
         dict(saved.calls_in_step),
         dict.fromkeys(saved.results_in_step),
     )
-    nodes = snapshot.nodes
+    packed = snapshot.nodes
+    length = snapshot.length
 
-    def derive() -> Sequence[Message | None]:
-        return [project(event) for event in prefix.pick(nodes)]
+    def nodes() -> list[int]:
+        unpacked = list(unpack_ints(packed))
+        if unpacked and (min(unpacked) < 0 or max(unpacked) >= length):
+            seq = next(seq for seq in unpacked if not 0 <= seq < length)
+            raise SessionValidationError(seq, "a restored surface node lies outside its log")
+        return unpacked
 
-    state.surface = SurfaceFold.restored(nodes, snapshot.generation, derive)
+    def derive(seqs: Sequence[int]) -> Sequence[Message | None]:
+        return [project(event) for event in prefix.pick(seqs)]
+
+    state.surface = SurfaceFold.restored(len(packed) // 8, nodes, snapshot.generation, derive)
     state.header.current = snapshot.header
     usage = snapshot.usage
     state.usage = UsageFold.restored(

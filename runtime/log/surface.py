@@ -61,7 +61,9 @@ class SurfaceFold:
         "_messages",
         "_messages_nodes",
         "_nodes",
+        "_pending",
         "_pos",
+        "_restored",
         "generation",
     )
 
@@ -76,30 +78,48 @@ class SurfaceFold:
         self._messages_nodes = 0
         # _chain[i] = hash chain over the first i+1 derived messages (lazily extended).
         self._chain: list[bytes] = []
-        # Restored from a fold snapshot: what the first nodes derive to, projected on first
-        # use (their events are read from the store then), and until then placeholders.
+        # Restored from a fold snapshot, until first needed: how many nodes come before
+        # `_nodes` (which then holds only those appended since) and how to get their seqs
+        # (`_pending`), and what they derive to (`_lazy`; placeholders in `_derived`).
+        self._restored = 0
+        self._pending: Callable[[], list[int]] | None = None
         self._lazy: Callable[[], Sequence[Message | None]] | None = None
 
     @classmethod
     def restored(
         cls,
-        nodes: Sequence[int],
+        count: int,
+        nodes: Callable[[], list[int]],
         generation: int,
-        derive: Callable[[], Sequence[Message | None]],
+        derive: Callable[[Sequence[int]], Sequence[Message | None]],
     ) -> SurfaceFold:
-        """The fold at a snapshot: its node seqs and `Replace` generation; `derive()` gives
-        what those nodes derive to, called once, when first needed (a derivation, a hash
-        chain or a `Replace`); appends before then need none of it."""
+        """The fold at a snapshot of `count` nodes and this `Replace` generation. `nodes()`
+        gives their seqs and `derive(seqs)` what they derive to, each called once, when
+        first needed (a derivation, a hash chain, a `Replace`, a position); appends before
+        then need neither."""
         fold = cls()
-        fold._nodes = list(nodes)
-        fold._derived = [None] * len(fold._nodes)
+        fold._derived = [None] * count
         fold._pos = None  # built on first use: appends need none of it
         fold.generation = generation
-        fold._lazy = derive if fold._nodes else None
+        if count:
+            fold._restored, fold._pending = count, nodes
+            fold._lazy = lambda: derive(fold._nodes[:count])
         return fold
 
+    def _settle_nodes(self) -> None:
+        """Put the restored nodes' seqs before the appended ones (once)."""
+        pending = self._pending
+        if pending is not None:
+            restored = pending()
+            if len(restored) != self._restored:
+                raise ValueError("a restored surface unpacked another number of nodes")
+            self._nodes[:0] = restored
+            self._restored, self._pending = 0, None
+
     def _settle(self) -> None:
-        """Project the restored nodes (once): `_derived` then holds every node's message."""
+        """Settle the restored nodes and project them (once): `_derived` then holds every
+        node's message."""
+        self._settle_nodes()
         lazy = self._lazy
         if lazy is not None:
             derived = list(lazy())
@@ -110,10 +130,11 @@ class SurfaceFold:
 
     @property
     def nodes(self) -> tuple[int, ...]:
+        self._settle_nodes()
         return tuple(self._nodes)
 
     def __len__(self) -> int:
-        return len(self._nodes)
+        return self._restored + len(self._nodes)
 
     def position(self, seq: int) -> int | None:
         return self._positions().get(seq)
@@ -121,6 +142,7 @@ class SurfaceFold:
     def _positions(self) -> dict[int, int]:
         positions = self._pos
         if positions is None:
+            self._settle_nodes()
             positions = dict(zip(self._nodes, range(len(self._nodes)), strict=True))
             if len(positions) != len(self._nodes):
                 seq = next(seq for seq in self._nodes if self._nodes.count(seq) > 1)

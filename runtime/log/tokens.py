@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from attrs import frozen
 
 from ...codecs.converter import canonical_bytes
+from ...codecs.snapshots import pack_ints, unpack_ints
 from ..model.chunks import TokenUsage
 from ..model.events import AssistantMessage, Replace
 from ..model.header import ToolSchema
@@ -85,8 +86,8 @@ class TokenMeter:
             # Restored from a fold snapshot: the meter it recorded, at its length.
             meter = snapshot.meter
             self._scanned = snapshot.length
-            self._nodes = list(snapshot.nodes)
-            self._cost = dict(zip(snapshot.nodes, meter.costs, strict=True))
+            self._nodes = list(unpack_ints(snapshot.nodes))
+            self._cost = dict(zip(self._nodes, unpack_ints(meter.costs), strict=True))
             self._surface = meter.surface
             self._header.current = snapshot.header
             self._anchor = meter.anchor
@@ -99,11 +100,11 @@ class TokenMeter:
         cost = self._cost
         key = self._anchor_key
         return MeterState(
-            tuple(cost[seq] for seq in self._nodes),
             self._surface,
             self._anchor,
             self._anchor_surface,
             None if key is None else key.hex(),
+            pack_ints(cost[seq] for seq in self._nodes),
         )
 
     @property

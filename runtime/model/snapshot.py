@@ -28,13 +28,14 @@ class StructureState:
 @frozen
 class MeterState:
     """`TokenMeter` at the snapshot: the estimated cost of each surface node (in surface
-    order), their sum, and the usage anchor (`anchor_key` hex) if one stands."""
+    order, packed like `FoldSnapshot.nodes`), their sum, and the usage anchor
+    (`anchor_key` hex) if one stands."""
 
-    costs: tuple[int, ...]
     surface: int
     anchor: int | None = None
     anchor_surface: int = 0
     anchor_key: str | None = None
+    costs: bytes = b""
 
 
 @frozen
@@ -58,8 +59,10 @@ class FoldSnapshot:
     version: int
     length: int
     structure: StructureState
-    nodes: tuple[int, ...]
     generation: int
     header: EpochHeader | None
     meter: MeterState
     usage: UsageState
+    nodes: bytes = b""
+    """The surface's node seqs in order, packed (little-endian int64 each,
+    `codecs.snapshots.pack_ints`): a load unpacks them only when it needs them."""

@@ -139,7 +139,8 @@ class SqliteSnapshots(SqliteReads):
         meta, head = self._need(db, session_id)
         try:
             stored = db.execute(
-                "SELECT seq, row_crc, version, body, crc FROM snapshots WHERE session_id = ?",
+                "SELECT seq, row_crc, version, CAST(body AS BLOB), crc FROM snapshots "
+                "WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         except sqlite3.OperationalError as exc:
