@@ -120,6 +120,56 @@ def _load_cpu(path: Path, paused: bool) -> float:
     return spent
 
 
+DETAIL_TURNS = (10, 50, 500)
+DETAIL_CALLS = 300
+
+
+def _detail_cpu(path: Path) -> dict[str, dict[str, float]]:
+    """CPU µs per `GET /v1/sessions/{id}` handler call (`SessionService.detail`) at 10, 50
+    and 500 turns of one session: live (its agent in the runtime) and stored (read from
+    the store without a lease: from the snapshot its loop saved, once one was due, and the
+    rows after it)."""
+    from actorloop.runtime import AgentOptions
+    from actorloop.runtime.host.runtime import Runtime
+    from actorloop.runtime.service.profiles import AppConfig
+    from actorloop.runtime.service.service import SessionService
+    from actorloop.runtime.stores.sqlite import SqliteStore
+    from actorloop.runtime.testing import EchoProvider
+
+    options = AgentOptions(model="m", system="be brief")
+    config = AppConfig(provider=EchoProvider(), model=None, store_url=f"sqlite:{path}")
+    config.add_profile("default", options, default=True)
+    out: dict[str, dict[str, float]] = {"live": {}, "stored": {}}
+
+    async def per_call(service: SessionService, session_id: str) -> float:
+        await service.detail(session_id)
+        cpu = time.process_time()
+        for _ in range(DETAIL_CALLS):
+            await service.detail(session_id)
+        return (time.process_time() - cpu) / DETAIL_CALLS * 1e6
+
+    async def run() -> None:
+        store = SqliteStore(path)
+        async with (
+            Runtime.open(store=store, provider=EchoProvider()) as rt,
+            SessionService.open(rt, config.profiles) as service,
+        ):
+            agent = await rt.spawn(options, session_id="detail")
+            done = 0
+            for turns in DETAIL_TURNS:
+                while done < turns:
+                    await agent.send(f"question {done}")
+                    done += 1
+                out["live"][str(turns)] = await per_call(service, "detail")
+                await agent.dispose()  # stored now: each call reads it (no lease)
+                out["stored"][str(turns)] = await per_call(service, "detail")
+                agent = await rt.resume("detail", options)
+
+    gc.collect()
+    trio.run(run)
+    return out
+
+
 def _copy(source: Path, target: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         if Path(f"{source}{suffix}").exists():
@@ -164,9 +214,12 @@ def measure(sizes: tuple[int, ...], rounds: int) -> dict[str, Any]:
                 )
             rows[str(size)] = row
             print(json.dumps(row), flush=True)
+        detail = _detail_cpu(Path(tmp) / "detail.db")
+        print(json.dumps(detail), flush=True)
     small, large = rows[str(sizes[0])], rows[str(sizes[-1])]
     return {
         "rows": rows,
+        "detail_us": detail,
         "large_x_small_snapshots_on": large["resume_ms_snapshots_on"]
         / small["resume_ms_snapshots_on"],
         "large_x_small_snapshots_off": large["resume_ms_snapshots_off"]
@@ -221,6 +274,25 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
                 f"| {row['events']:,} | {row['load_ms_collector_on']:.1f} "
                 f"| {row['load_ms_collector_paused']:.1f} "
                 f"| {row['load_collector_on_x_paused']:.2f} |"
+            )
+    detail = report.get("detail_us")
+    if detail is not None:
+        lines += [
+            "",
+            "## `GET /v1/sessions/{id}`: the handler's CPU by history",
+            "",
+            "`SessionService.detail` (status, lineage, folded header, usage) of one session of "
+            "a one-step echo agent at 10, 50 and 500 turns, CPU µs per call "
+            f"(mean of {DETAIL_CALLS}); live is its agent in the runtime, stored is read from "
+            "`sqlite:` without a lease (from the fold snapshot its loop saved once one was "
+            "due, and the rows after it). Issue 38's target: flat in history.",
+            "",
+            "| turns | live µs | stored µs |",
+            "|---:|---:|---:|",
+        ]
+        for turns in detail["live"]:
+            lines.append(
+                f"| {int(turns):,} | {detail['live'][turns]:.0f} | {detail['stored'][turns]:.0f} |"
             )
     return "\n".join(lines) + "\n"
 
