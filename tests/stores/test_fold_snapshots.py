@@ -110,17 +110,22 @@ async def test_a_fork_at_an_older_boundary_sends_the_same_request(tmp_path: Path
     requests = []
     for name, snapshots in (("a.db", True), ("b.db", False)):
         provider = ScriptedProvider()
-        provider.push(reply("forked"), reply("stored fork"))
+        provider.push(reply("forked"), reply("stored fork"), reply("child resumed"))
         store = SqliteStore(tmp_path / name, snapshots=snapshots)
         async with Runtime.open(store=store, provider=provider) as rt:
             agent = await rt.resume("s", OPTIONS)
             ends = [e.seq for e in agent.session.events if e.type == "turn/end"]
             child = await rt.fork("s", boundary=ends[len(ends) // 2], child_id="live-child")
-            await child.send("from the middle")
+            await child.send("from the middle")  # its seed is past a snapshot: it takes one
             await child.dispose()
             await agent.dispose()
             stored = await rt.fork("s", boundary=ends[3], child_id="stored-child")
             await stored.send("from early on")
+            # The live child's own snapshot: its seed (in the parent) read by seq through
+            # the lineage when the request needs it.
+            resumed = await rt.resume("live-child", OPTIONS)
+            await resumed.send("and again")
+        assert store.snapshot_counters.restored == (2 if snapshots else 0)
         requests.append(tuple(canonical_bytes(r) for r in provider.requests))
     assert requests[0] == requests[1]
 
