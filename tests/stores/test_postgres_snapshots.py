@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import psycopg
 import pytest
 
@@ -15,6 +16,15 @@ from actorloop.runtime import AgentOptions, Runtime, Tool
 from actorloop.runtime.log.rebuild import rebuild_request
 from actorloop.runtime.log.snapshots import SNAPSHOT_EVERY
 from actorloop.runtime.log.tokens import TokenMeter
+from actorloop.runtime.model.events import (
+    Replace,
+    ToolResultEvent,
+    Trigger,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+)
+from actorloop.runtime.model.messages import USER, Text
 from actorloop.runtime.stores.loading import load_stored
 from actorloop.runtime.stores.postgres.config import parse_url
 from actorloop.runtime.stores.postgres.store import PostgresStore
@@ -81,6 +91,52 @@ async def test_a_new_owner_claims_and_replays_from_the_snapshot(pg_url: str) -> 
     finally:
         await plain.close()
         await folding.close()
+
+
+async def test_a_prune_after_the_snapshot_reads_its_node_on_the_load_connection(
+    pg_url: str,
+) -> None:
+    """A `Replace` in the rows after the snapshot needs an event from before it while the
+    load runs: it is read on the load's own connection (a pool of one would wait forever
+    for a second), and the session is the one a full replay gives."""
+    await _build(pg_url)
+    writer = PostgresStore(f"{pg_url}?node=writer")
+    try:
+        lease = writer.claim("s")
+        session = await load_stored(writer, "s", lease=lease)
+        result = next(
+            session.event(seq)
+            for seq in reversed(session.surface)
+            if session.event(seq).type == "tool/result"
+        )
+        old = result.data
+        assert isinstance(old, ToolResultEvent)
+        start = len(session)
+        turn = session.last_turn + 1
+        session.append("turn/start", TurnStart(turn, Trigger("message", USER)))
+        session.append(
+            "tool/result",
+            attrs.evolve(old, content=(Text("[pruned]"),)),
+            surface_op=Replace(result.seq, result.seq),
+            source_event_seqs=(result.seq,),
+        )
+        session.append("turn/end", TurnEnd(turn, TurnEndReason("completed")))
+        await writer.append("s", session.events_since(start))
+        lease.release()
+    finally:
+        await writer.close()
+    store = PostgresStore(f"{pg_url}?node=second&pool_max=1")
+    plain = PostgresStore(f"{pg_url}?node=third")
+    plain.snapshot_state.enabled = False
+    try:
+        folded = await load_stored(store, "s")
+        replayed = await load_stored(plain, "s")
+        assert store.snapshot_counters.restored == 1
+        assert folded.derive_messages() == replayed.derive_messages()
+        assert folded.replace_generation == replayed.replace_generation
+    finally:
+        await store.close()
+        await plain.close()
 
 
 async def test_a_damaged_snapshot_is_ignored_and_reported(pg_url: str) -> None:

@@ -208,6 +208,7 @@ def _restored(
     if record is None:
         return None
     where = store._where(meta.id)
+    loading: list[psycopg.Connection] = []
     try:
         snapshot, row_crc = checked_snapshot(meta, head, tuple(record), where)
         key = snapshot.length - 1
@@ -219,18 +220,23 @@ def _restored(
         )
         tail = checked_tail(rows, meta, head, key, row_crc, lambda seq: store._where(meta.id, seq))
         lineage = _lineage(store, conn, meta)
+        # While this load runs, an event it needs from before the snapshot (a `Replace` in
+        # the rows after it) is read on its own connection, not a second one of the pool.
+        loading.append(conn)
         session, _fixes = restored_session(
             meta,
             snapshot,
             tail,
-            lambda: _lazy_read(store, meta, head, snapshot.length),
-            lambda seqs: _lazy_pick(store, lineage, seqs),
+            lambda: _lazy_read(store, meta, head, snapshot.length, loading),
+            lambda seqs: _lazy_pick(store, lineage, seqs, loading),
             repair=repair,
             where=where,
         )
     except SnapshotUnusable as exc:
         store.snapshot_state.counters.ignore(meta.id, exc)
         return None
+    finally:
+        loading.clear()
     store.snapshot_state.counters.restored += 1
     return session
 
@@ -250,8 +256,15 @@ def _lineage(
     return tuple(chain)
 
 
-def _lazy_read(store: PostgresStore, meta: SessionMeta, head: int, length: int) -> list[Any]:
-    """The first `length` events, read now (a pooled connection, the caller's thread)."""
+def _lazy_read(
+    store: PostgresStore,
+    meta: SessionMeta,
+    head: int,
+    length: int,
+    loading: list[psycopg.Connection],
+) -> list[Any]:
+    """The first `length` events, read now on the caller's thread: on the connection of the
+    load still running (`loading`), else on a pooled one."""
 
     def work(conn: psycopg.Connection) -> list[SessionEvent]:
         def meta_head(session_id: str) -> tuple[SessionMeta, int] | None:
@@ -271,13 +284,17 @@ def _lazy_read(store: PostgresStore, meta: SessionMeta, head: int, length: int) 
             return read_rows(source, meta, head, length)
 
     with gc_paused():
-        return store._connections.call(work)
+        return work(loading[0]) if loading else store._connections.call(work)
 
 
 def _lazy_pick(
-    store: PostgresStore, lineage: tuple[tuple[str, int], ...], seqs: Sequence[int]
+    store: PostgresStore,
+    lineage: tuple[tuple[str, int], ...],
+    seqs: Sequence[int],
+    loading: list[psycopg.Connection],
 ) -> list[SessionEvent]:
-    """The events at `seqs`, each from the session of the chain that holds it."""
+    """The events at `seqs`, each from the session of the chain that holds it (on the
+    running load's connection, as `_lazy_read`)."""
     owners: dict[str, list[int]] = {}
     for seq in seqs:
         owners.setdefault(next(sid for sid, first in lineage if seq >= first), []).append(seq)
@@ -302,7 +319,7 @@ def _lazy_pick(
         return found
 
     with gc_paused():
-        found = store._connections.call(work)
+        found = work(loading[0]) if loading else store._connections.call(work)
     missing = [seq for seq in seqs if seq not in found]
     if missing:
         raise SessionCorruptError(
