@@ -1,6 +1,13 @@
 """Fold snapshots taken from a session and a session restored from one (persistence.md
 §2.7): the folds a load would rebuild by replaying the first `length` events, without
-reading those events (they are read lazily, `LazyPrefix`)."""
+reading those events (they are read lazily, `LazyPrefix`).
+
+Adding a fold (a new slot of `FoldState`, or state a load computes from the whole log):
+add its state to `FoldSnapshot` (`runtime/model/snapshot.py`) with a default, fill it in
+`take_snapshot`, rebuild it in `restore`, and bump `SNAPSHOT_VERSION` so that snapshots
+written without it are ignored (a full replay) rather than trusted.
+`tests/stores/test_fold_snapshots.py` fails on a `FoldState` slot this module does not
+know."""
 
 from __future__ import annotations
 

@@ -200,6 +200,17 @@ async def test_a_reader_walking_the_restored_prefix_reads_it_in_windows(tmp_path
         await plain.close()
 
 
+def test_every_fold_of_a_session_is_in_the_snapshot() -> None:
+    """A fold added to `FoldState` must be snapshotted too (runtime/log/snapshots.py says
+    how), or a session restored from a snapshot would lack it: this names the ones known."""
+    from actorloop.runtime.log.event_log import FoldState
+
+    assert set(FoldState.__slots__) == {"header", "structure", "surface", "usage"}, (
+        "a new fold: add it to FoldSnapshot, take_snapshot and restore, and bump "
+        "SNAPSHOT_VERSION (runtime/log/snapshots.py)"
+    )
+
+
 # ------------------------------------------------------------------ random logs
 
 
