@@ -30,7 +30,7 @@ from actorloop.runtime.log.event_log import LazyPrefix
 from actorloop.runtime.log.session import Session
 from actorloop.runtime.log.snapshots import SNAPSHOT_EVERY, take_snapshot
 from actorloop.runtime.log.tokens import TokenMeter
-from actorloop.runtime.model.events import SessionEvent
+from actorloop.runtime.model.events import APPEND, SessionEvent
 from actorloop.runtime.model.meta import SessionMeta
 from actorloop.runtime.stores.loading import load_stored
 from actorloop.runtime.stores.sqlite import SqliteStore
@@ -329,3 +329,70 @@ async def test_a_kill_between_the_rows_and_the_snapshot_leaves_a_loadable_sessio
     finally:
         await store.close()
         await plain.close()
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(programs(max_turns=4), st.data())
+def test_a_fork_childs_snapshot_equals_a_full_replay(
+    tmp_path_factory: pytest.TempPathFactory, program: list[object], data: st.DataObject
+) -> None:
+    """A child forked at a random boundary of a random log, its own turns after the seed,
+    a snapshot among them: its load (the seed read through the parent, by seq) is the one a
+    full replay gives."""
+    events = build_log(program)
+    ends = [event.seq for event in events if event.type == "turn/end"]
+    if not ends:
+        return
+    boundary = data.draw(st.sampled_from(ends))
+    own_turns = data.draw(st.integers(min_value=1, max_value=3))
+    folder = tmp_path_factory.mktemp("f")
+
+    async def store_family(path: Path, snapshots: bool) -> SqliteStore:
+        store = SqliteStore(path, snapshots=snapshots)
+        await store.create(SessionMeta("p"))
+        await store.append("p", events)
+        await store.fork("p", boundary, "c")
+        child = (await load_stored(store, "c")).fork(None, "scratch")  # the seed, in memory
+        first = len(child)
+        for index in range(own_turns + 1):
+            turn = child.last_turn + 1
+            child.append(
+                "turn/start",
+                {"turn": turn, "trigger": {"kind": "message", "source": {"kind": "user"}}},
+            )
+            child.append(
+                "user/message",
+                {"content": [{"type": "text", "text": f"own {index}"}], "source": {"kind": "user"}},
+                surface_op=APPEND,
+            )
+            child.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+            if index == own_turns - 1 and snapshots:
+                await store.append("c", child.events_since(first))
+                first = len(child)
+                snapshot = take_snapshot(child, TokenMeter(child))
+                assert snapshot is not None
+                await store.save_snapshot("c", snapshot)
+        await store.append("c", child.events_since(first))
+        return store
+
+    async def check() -> None:
+        folding = await store_family(folder / "a.db", True)
+        plain = await store_family(folder / "b.db", False)
+        try:
+            folded = await load_stored(folding, "c")
+            replayed = await load_stored(plain, "c")
+            assert folding.snapshot_counters.restored == 1
+            assert folded.derive_messages() == replayed.derive_messages()
+            assert folded.history_chain() == replayed.history_chain()
+            assert folded.usage() == replayed.usage()
+            assert TokenMeter(folded).state() == TokenMeter(replayed).state()
+            assert _timeless(folded.events) == _timeless(replayed.events)
+        finally:
+            await folding.close()
+            await plain.close()
+
+    trio.run(check)
