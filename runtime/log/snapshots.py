@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...codecs.converter import encode_event
+from ...codecs.rows import event_crc
 from ...codecs.snapshots import pack_ints, unpack_ints
 from ..errors import SessionFormatError, SessionValidationError
 from ..model.messages import Message
@@ -43,13 +45,15 @@ def take_snapshot(session: Session, meter: TokenMeter) -> FoldSnapshot | None:
     at turn boundaries only, so a load's repair never needs the events before one)."""
     folds = session.folds
     structure = folds.structure
-    if structure.open_turn is not None or structure.open_step is not None:
+    if structure.open_turn is not None or structure.open_step is not None or not len(session):
         return None
     meter_state = meter.state()
     usage = folds.usage.totals()
+    last = session.event(len(session) - 1)
     return FoldSnapshot(
         version=SNAPSHOT_VERSION,
         length=len(session),
+        key_crc=event_crc(session.id, last.seq, encode_event(last)),
         structure=StructureState(
             structure.last_turn,
             structure.open_turn,

@@ -63,6 +63,10 @@ class FoldSnapshot:
     header: EpochHeader | None
     meter: MeterState
     usage: UsageState
+    key_crc: int = 0
+    """The checksum of the row at seq `length - 1` as the session that took the snapshot
+    would store it (`codecs.rows.event_crc`): a store saves the snapshot only beside that
+    very row."""
     nodes: bytes = b""
     """The surface's node seqs in order, packed (little-endian int64 each,
     `codecs.snapshots.pack_ints`): a load unpacks them only when it needs them."""

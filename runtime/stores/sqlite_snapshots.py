@@ -45,13 +45,14 @@ table, and dropping it loses nothing but speed). Created by the first snapshot w
 
 SAVE_SNAPSHOT = """
 INSERT INTO snapshots (session_id, seq, row_crc, version, body, crc)
-SELECT session_id, seq, crc, ?, ?, ? FROM events WHERE session_id = ? AND seq = ?
+SELECT session_id, seq, crc, ?, ?, ? FROM events WHERE session_id = ? AND seq = ? AND crc = ?
 ON CONFLICT (session_id) DO UPDATE SET
     seq = excluded.seq, row_crc = excluded.row_crc, version = excluded.version,
     body = excluded.body, crc = excluded.crc
 WHERE excluded.seq >= snapshots.seq"""
-"""Keyed to the stored row at the snapshot's last seq: its checksum is copied from the row
-itself, and with no such row nothing is written."""
+"""Keyed to the stored row at the snapshot's last seq, only if that row is the one the
+snapshot was taken over (its checksum is the snapshot's `key_crc`): otherwise, or with no
+such row, nothing is written."""
 
 _SEQS_PER_QUERY = 500
 T = TypeVar("T")
@@ -74,7 +75,7 @@ class SqliteSnapshots(SqliteReads):
             return
         body = encode_snapshot(snapshot)
         values = (SNAPSHOT_VERSION, body, snapshot_crc(session_id, body))
-        key = (session_id, snapshot.length - 1)
+        key = (session_id, snapshot.length - 1, snapshot.key_crc)
 
         def write(db: sqlite3.Connection) -> None:
             db.execute(SNAPSHOTS_TABLE)

@@ -200,6 +200,30 @@ async def test_a_reader_walking_the_restored_prefix_reads_it_in_windows(tmp_path
         await plain.close()
 
 
+async def test_a_snapshot_of_another_log_is_not_saved(tmp_path: Path) -> None:
+    """A snapshot is saved only beside the very row it was taken at (its `key_crc`): one
+    taken over a log whose event at that seq differs (a writer that lost the session, a
+    bug) writes nothing."""
+    events = build_log([("turn", "message", "hi"), ("end", "completed")] * 3)
+    store = SqliteStore(tmp_path / "k.db")
+    try:
+        await store.create(SessionMeta("r"))
+        await store.append("r", events)
+        last = events[-1]
+        other = Session.from_events("r", (*events[:-1], attrs.evolve(last, time=last.time + 1)))
+        snapshot = take_snapshot(other, TokenMeter(other))
+        assert snapshot is not None
+        await store.save_snapshot("r", snapshot)
+        assert store.snapshot_counters.written == 0
+        await load_stored(store, "r")
+        assert store.snapshot_counters.restored == 0
+        mine = Session.from_events("r", events)
+        await store.save_snapshot("r", take_snapshot(mine, TokenMeter(mine)))  # type: ignore[arg-type]
+        assert store.snapshot_counters.written == 1
+    finally:
+        await store.close()
+
+
 def test_every_fold_of_a_session_is_in_the_snapshot() -> None:
     """A fold added to `FoldState` must be snapshotted too (runtime/log/snapshots.py says
     how), or a session restored from a snapshot would lack it: this names the ones known."""
@@ -356,7 +380,7 @@ def test_a_fork_childs_snapshot_equals_a_full_replay(
         await store.create(SessionMeta("p"))
         await store.append("p", events)
         await store.fork("p", boundary, "c")
-        child = (await load_stored(store, "c")).fork(None, "scratch")  # the seed, in memory
+        child = await load_stored(store, "c")  # the seed; its own turns are appended below
         first = len(child)
         for index in range(own_turns + 1):
             turn = child.last_turn + 1

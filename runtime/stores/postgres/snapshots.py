@@ -50,7 +50,8 @@ table). Created by the first snapshot a store instance writes."""
 
 SAVE_SNAPSHOT = """
 INSERT INTO actorloop.snapshots (session_id, seq, row_crc, version, body, crc)
-SELECT session_id, seq, crc, %s, %s, %s FROM actorloop.events WHERE session_id = %s AND seq = %s
+SELECT session_id, seq, crc, %s, %s, %s FROM actorloop.events
+WHERE session_id = %s AND seq = %s AND crc = %s
 ON CONFLICT (session_id) DO UPDATE SET
     seq = excluded.seq, row_crc = excluded.row_crc, version = excluded.version,
     body = excluded.body, crc = excluded.crc
@@ -105,7 +106,8 @@ async def save(store: PostgresStore, session_id: str, snapshot: FoldSnapshot) ->
 
     def write(conn: psycopg.Connection) -> int:
         with conn.transaction():
-            return conn.execute(SAVE_SNAPSHOT, (*values, snapshot.length - 1)).rowcount
+            key = (snapshot.length - 1, snapshot.key_crc)
+            return conn.execute(SAVE_SNAPSHOT, (*values, *key)).rowcount
 
     if not store.snapshot_state.table:
         await store.execute(_create_table)
