@@ -26,6 +26,7 @@ from .base import (
     refuse_live_repair,
     validate_stored,
 )
+from .ids import check_session_id
 from .leases import Lease, LeaseTable
 from .snapshots import SnapshotCounters, checked_snapshot, checked_tail, restored_session
 from .sqlite_reads import SqliteReads
@@ -108,6 +109,7 @@ class SqliteSnapshots(SqliteReads):
     ) -> Session:
         """The session from its latest valid snapshot and the rows after it (`load`'s
         checks and repair for those rows), else by replaying the whole log."""
+        check_session_id(session_id)
 
         def full(db: sqlite3.Connection, may_write: bool) -> Session:
             if repair:

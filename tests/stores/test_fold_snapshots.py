@@ -24,7 +24,7 @@ from strategies import build_log, programs
 
 from actorloop.codecs.converter import canonical_bytes
 from actorloop.runtime import AgentOptions, Tool
-from actorloop.runtime.errors import SessionCorruptError
+from actorloop.runtime.errors import InvalidSessionId, SessionCorruptError
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.log.event_log import LazyPrefix
 from actorloop.runtime.log.session import Session
@@ -220,6 +220,15 @@ async def test_a_snapshot_of_another_log_is_not_saved(tmp_path: Path) -> None:
         mine = Session.from_events("r", events)
         await store.save_snapshot("r", take_snapshot(mine, TokenMeter(mine)))  # type: ignore[arg-type]
         assert store.snapshot_counters.written == 1
+    finally:
+        await store.close()
+
+
+async def test_a_folded_load_checks_the_session_id(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "i.db")
+    try:
+        with pytest.raises(InvalidSessionId):
+            await load_stored(store, "../elsewhere")
     finally:
         await store.close()
 
