@@ -27,6 +27,7 @@ RESULTS = HERE / "results"
 MODULES = (
     "bench_session",
     "bench_decode",
+    "bench_resume",
     "bench_store",
     "bench_loop",
     "bench_floor",
@@ -144,6 +145,22 @@ def _store(report: dict[str, Any]) -> Headlines:
     return out
 
 
+def _resume(report: dict[str, Any]) -> Headlines:
+    out: Headlines = {}
+    for row in report["rows"].values():
+        size = f"{row['events']:,}-event sqlite log"
+        out[f"resume CPU ms, snapshots off ({size})"] = round(row["resume_ms_snapshots_off"], 1)
+        out[f"resume CPU ms, snapshots on ({size})"] = round(row["resume_ms_snapshots_on"], 1)
+        if "load_collector_on_x_paused" in row:
+            out[f"store.load collector on ÷ paused ({size})"] = round(
+                row["load_collector_on_x_paused"], 2
+            )
+    out["resume with snapshots, largest ÷ smallest log"] = round(
+        report["large_x_small_snapshots_on"], 2
+    )
+    return out
+
+
 def _loop(report: dict[str, Any]) -> Headlines:
     # The loop report puts its headline figures at the top level.
     figures = {
@@ -251,6 +268,7 @@ def _codec_peers(report: dict[str, Any]) -> Headlines:
 EXTRACTORS: dict[str, Callable[[dict[str, Any]], Headlines]] = {
     "session": _session,
     "store": _store,
+    "resume": _resume,
     "loop": _loop,
     "runtime": _runtime,
     "cache": _cache,

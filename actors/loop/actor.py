@@ -30,6 +30,7 @@ from ...runtime.providers.base import Provider
 from ..kernel import ActorRef, Mailbox
 from . import inbox
 from .context import Compactor
+from .snapshots import SaveSnapshot, SnapshotKeeper
 from .turn import run_item
 from .values import RECONFIGURABLE, OpenTurn, Persist, SessionStartKind, TurnItem
 
@@ -54,6 +55,7 @@ class LoopActor:
         "_owned",
         "_persist",
         "_persisted",
+        "_snapshots",
         "agent",
         "closed",
         "compactor",
@@ -85,6 +87,7 @@ class LoopActor:
         compactor: Compactor | None,
         origin: SessionStartKind,
         on_finished: Callable[[LoopActor], None] = lambda _loop: None,
+        save_snapshot: SaveSnapshot | None = None,
     ) -> None:
         self.session = session
         self.options = options
@@ -110,6 +113,7 @@ class LoopActor:
         self._flush_lock: trio.Lock | None = None
         """Serializes hand-offs to the codec; made by the first flush."""
         self._persisted = len(session)
+        self._snapshots = None if save_snapshot is None else SnapshotKeeper(save_snapshot, session)
         # The mailbox is the kernel's: the supervisor hands it to `run` and the runtime
         # attaches the ref (send, withdraw, stop) right after spawning.
         self._mailbox: ActorRef[TurnItem] | None = None
@@ -148,6 +152,9 @@ class LoopActor:
         if self._meter is None:
             self._meter = TokenMeter(self.session)
         return self._meter
+
+    def _meter_now(self) -> TokenMeter:
+        return self.meter
 
     async def send(self, content: Content, source: Source) -> TurnResult:
         return await inbox.submit(self, TurnItem("message", content, source))
@@ -415,7 +422,12 @@ class LoopActor:
             try:
                 events = self.session.events_since(self._persisted)
                 self._persisted = len(self.session)
+                keeper = self._snapshots
+                snapshot = None if keeper is None else keeper.take(self.session, self._meter_now)
                 await self._persist(self.session.id, events)
+                if snapshot is not None:
+                    assert keeper is not None
+                    await keeper.save(self.session.id, snapshot)
             finally:
                 lock.release()
         await trio.lowlevel.checkpoint_if_cancelled()

@@ -9,7 +9,7 @@ import trio
 from attrs import frozen
 
 from ..log.session import Session
-from ..log.usage import UsageTotals, session_usage
+from ..log.usage import UsageTotals
 from ..model.events import SessionEvent
 from ..model.hook_values import TurnResult
 from ..model.messages import USER, Block, Content, Source, as_content
@@ -209,7 +209,7 @@ class Agent:
     def usage(self) -> UsageTotals:
         """The tokens this session's model and summarizer calls used, from its log (a fork
         child's seed is its parent's usage and is not counted again)."""
-        return session_usage(self.session.meta, self.session.events)
+        return self.session.usage()
 
     async def compact(self) -> TurnResult:
         """Compact now, recorded as a one-shot turn (`turn/start{trigger: compaction}` …

@@ -41,7 +41,8 @@ from ..model.meta import DamagedSession
 from ..providers.base import Provider
 from ..stores.base import Store
 from ..stores.ids import check_session_id
-from ..stores.loading import fork_point, gc_paused, load_session
+from ..stores.loading import fork_point, gc_paused, load_session, load_stored
+from ..stores.snapshots import snapshot_store
 from ..stores.urls import open_store
 from .checked_provider import InvariantCheckedProvider
 from .telemetry import TelemetrySetting, Tracing, open_tracing
@@ -103,6 +104,9 @@ class Runtime:
         # for each of thousands of idle agents to keep.
         self._persist = codec.persist
         self._on_loop_finished = self._loop_finished
+        folding = snapshot_store(store)
+        self._save_snapshot = None if folding is None else folding.save_snapshot
+        """A store keeping fold snapshots: loops save one at turn boundaries when due."""
         self.dev_invariants = dev_invariants
         self.compactor = compactor
         self.collector = collector if collector is not None else CollectorPolicy()
@@ -283,8 +287,7 @@ class Runtime:
         lease = self._claim(session_id)
         try:
             with gc_paused():
-                meta, events = await self.store.load(session_id, lease=lease)
-                session = Session.from_loaded(session_id, events, meta)
+                session = await load_stored(self.store, session_id, lease=lease)
                 options = options or _stored_options(session)
             provider = self.provider_for(options)
         except BaseException:
@@ -368,8 +371,7 @@ class Runtime:
             await self.store.fork(session_id, point.boundary, point.child_id)
             child = seeded
             if child is None:
-                meta, events = await self.store.load(point.child_id, lease=lease)
-                child = Session.from_loaded(point.child_id, events, meta)
+                child = await load_stored(self.store, point.child_id, lease=lease)
         except BaseException:
             lease.release()
             raise
@@ -430,6 +432,7 @@ class Runtime:
             compactor=self.compactor,
             origin=origin,
             on_finished=self._on_loop_finished,
+            save_snapshot=self._save_snapshot,
         )
         self._loops[session.id] = loop
         self._leases[session.id] = lease

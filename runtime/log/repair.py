@@ -29,8 +29,12 @@ OUTCOME_UNKNOWN_TEXT = (
 NOT_STARTED_TEXT = "The session was interrupted before this tool call started; it never ran."
 
 
-def closers(events: Sequence[SessionEvent]) -> tuple[SessionEvent, ...]:
-    """The events that close an open last turn (empty if the last turn is closed)."""
+def closers(events: Sequence[SessionEvent], first_seq: int = 0) -> tuple[SessionEvent, ...]:
+    """The events that close an open last turn (empty if the last turn is closed).
+
+    `events` may be only the log's last events, from seq `first_seq` on, when the turn
+    is known to be closed before them (a load from a fold snapshot): an open turn then
+    starts among them."""
     turn_start_index = None
     for index in range(len(events) - 1, -1, -1):
         data = events[index].data
@@ -59,7 +63,7 @@ def closers(events: Sequence[SessionEvent]) -> tuple[SessionEvent, ...]:
         elif isinstance(data, ToolResultEvent) and event.surface_op == APPEND:
             answered.add(data.call_id)
 
-    seq = len(events)
+    seq = first_seq + len(events)
     stamp = events[-1].time
     out: list[SessionEvent] = []
 

@@ -21,6 +21,7 @@ from ..model.events import (
 from .admission import HEADER_DATA, envelope_problem, preview_header
 from .event_log import EventLog, FoldState
 from .structure import ADVANCING, Rule, TurnStructure, rule_of
+from .usage import USAGE_DATA
 
 _ENVELOPES: dict[str, tuple[type, bool | None]] = {
     name: (cls, name in SURFACE_TYPES) for name, cls in DATA_BY_TYPE.items()
@@ -58,6 +59,7 @@ def replay(log: EventLog, state: FoldState, events: Iterable[SessionEvent]) -> N
     """
     own = log.replay_target()
     structure, surface, header = state.structure, state.surface, state.header
+    usage_add, usage_data = state.usage.add, USAGE_DATA
     advance = structure.advance
     surface_check, surface_apply, header_feed = surface.check, surface.apply, header.feed
     lookup = log.__getitem__
@@ -111,6 +113,8 @@ def replay(log: EventLog, state: FoldState, events: Iterable[SessionEvent]) -> N
             surface_apply(event)
         if feeds_header:
             header_feed(event)
+        if type(data) in usage_data:
+            usage_add(event)
         seq += 1
 
 

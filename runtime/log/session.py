@@ -17,6 +17,7 @@ from ..model.events import DATA_BY_TYPE, EventData, SessionEvent, SurfaceOp, Tur
 from ..model.header import EpochHeader
 from ..model.messages import Message
 from ..model.meta import SessionMeta, now_ms
+from ..model.snapshot import FoldSnapshot
 from .admission import (
     HEADER_DATA,
     check_envelope,
@@ -28,6 +29,7 @@ from .admission import (
 from .event_log import EventLog, FoldState
 from .replay import Replays, replay
 from .surface import SurfaceFold
+from .usage import UsageTotals
 
 log = logging.getLogger("actorloop.session")
 
@@ -40,10 +42,13 @@ class Session:
     def __init__(self, meta: SessionMeta, log: EventLog | None = None) -> None:
         self.meta = meta
         self._log = log if log is not None else EventLog()
-        self._state: FoldState | None = FoldState() if log is None else None
+        self._state: FoldState | None = FoldState(meta.seed_length or 0) if log is None else None
         self._observers: list[SessionObserver] = []
         self._undelivered: deque[SessionEvent] = deque()
         self._delivering = False
+        self.snapshot: FoldSnapshot | None = None
+        """The fold snapshot this session was restored from (`log/snapshots.py`), if any:
+        its token meter starts from the snapshot's instead of scanning the log."""
 
     # construction ---------------------------------------------------------------------
 
@@ -85,6 +90,30 @@ class Session:
         session = cls(_make_meta(session_id, meta), EventLog(events=events))
         session._state = _replays.take(session_id, events)
         return session
+
+    @classmethod
+    def restored(
+        cls, meta: SessionMeta, log: EventLog, state: FoldState, snapshot: FoldSnapshot
+    ) -> Session:
+        """A session over `log` (its prefix read lazily) whose folds are `state`, rebuilt
+        from `snapshot` by `log/snapshots.restore`; no event is replayed here."""
+        session = cls(meta, log)
+        session._state = state
+        session.snapshot = snapshot
+        return session
+
+    def extend_loaded(self, events: Iterable[SessionEvent]) -> None:
+        """Commit stored events (decoded, so already detached) through every append rule,
+        as a load's replay does; for the events after a restored snapshot. Nobody
+        observes a session being loaded, so no observer is told."""
+        for event in events:
+            self._commit(event, detach=False)
+
+    @property
+    def folds(self) -> FoldState:
+        """The folded state (structure, surface, header, usage), for a fold snapshot: read
+        it, never change it."""
+        return self._folded()
 
     # reading --------------------------------------------------------------------------
 
@@ -142,6 +171,11 @@ class Session:
     def last_turn(self) -> int:
         """The number of the latest turn started (0 for none)."""
         return self._folded().structure.last_turn
+
+    def usage(self) -> UsageTotals:
+        """What this session's own model and summarizer calls used (a fork child's seed is
+        its parent's and not counted), kept as events are appended: O(1) per read."""
+        return self._folded().usage.totals()
 
     def history_chain(self) -> bytes:
         """The hash chain over the current derivation (decision 0002)."""
@@ -220,6 +254,7 @@ class Session:
         if event.surface_op is not None:
             state.surface.apply(event)
         state.header.feed(event)
+        state.usage.add(event)
         self._notify(event)
         return event
 
@@ -289,12 +324,13 @@ class Session:
     def _folded(self) -> FoldState:
         """The folded state; a forked child replays its shared seed on first use."""
         if self._state is None:
-            state = FoldState()
+            state = FoldState(self.meta.seed_length or 0)
             for event in self._log:
                 state.structure.advance(event)
                 if event.surface_op is not None:
                     state.surface.apply(event)
                 state.header.feed(event)
+                state.usage.add(event)
             self._state = state
         return self._state
 

@@ -7,7 +7,7 @@ positions at and after the replaced span.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...codecs.converter import canonical_bytes
 from ..errors import ErrorCode, SessionValidationError
@@ -60,40 +60,106 @@ class SurfaceFold:
     __slots__ = (
         "_chain",
         "_derived",
+        "_lazy",
         "_messages",
         "_messages_nodes",
         "_nodes",
+        "_pending",
         "_pos",
+        "_restored",
         "generation",
     )
 
     def __init__(self) -> None:
         self._nodes: list[int] = []
         self._derived: list[Message | None] = []
-        self._pos: dict[int, int] = {}
+        self._pos: dict[int, int] | None = {}
+        """Node seq → position; None (restored, not needed yet) until first asked for."""
         self.generation = 0
         # Cached derivation: the tuple for the first `_messages_nodes` nodes.
         self._messages: tuple[Message, ...] = ()
         self._messages_nodes = 0
         # _chain[i] = hash chain over the first i+1 derived messages (lazily extended).
         self._chain: list[bytes] = []
+        # Restored from a fold snapshot, until first needed: how many nodes come before
+        # `_nodes` (which then holds only those appended since) and how to get their seqs
+        # (`_pending`), and what they derive to (`_lazy`; placeholders in `_derived`).
+        self._restored = 0
+        self._pending: Callable[[], list[int]] | None = None
+        self._lazy: Callable[[], Sequence[Message | None]] | None = None
+
+    @classmethod
+    def restored(
+        cls,
+        count: int,
+        nodes: Callable[[], list[int]],
+        generation: int,
+        derive: Callable[[Sequence[int]], Sequence[Message | None]],
+    ) -> SurfaceFold:
+        """The fold at a snapshot of `count` nodes and this `Replace` generation. `nodes()`
+        gives their seqs and `derive(seqs)` what they derive to, each called once, when
+        first needed (a derivation, a hash chain, a `Replace`, a position); appends before
+        then need neither."""
+        fold = cls()
+        fold._derived = [None] * count
+        fold._pos = None  # built on first use: appends need none of it
+        fold.generation = generation
+        if count:
+            fold._restored, fold._pending = count, nodes
+            fold._lazy = lambda: derive(fold._nodes[:count])
+        return fold
+
+    def _settle_nodes(self) -> None:
+        """Put the restored nodes' seqs before the appended ones (once)."""
+        pending = self._pending
+        if pending is not None:
+            restored = pending()
+            if len(restored) != self._restored:
+                raise ValueError("a restored surface unpacked another number of nodes")
+            self._nodes[:0] = restored
+            self._restored, self._pending = 0, None
+
+    def _settle(self) -> None:
+        """Settle the restored nodes and project them (once): `_derived` then holds every
+        node's message."""
+        self._settle_nodes()
+        lazy = self._lazy
+        if lazy is not None:
+            derived = list(lazy())
+            if len(derived) > len(self._derived):
+                raise ValueError("a restored surface derived more nodes than it holds")
+            self._derived[: len(derived)] = derived
+            self._lazy = None
 
     @property
     def nodes(self) -> tuple[int, ...]:
+        self._settle_nodes()
         return tuple(self._nodes)
 
     def __len__(self) -> int:
-        return len(self._nodes)
+        return self._restored + len(self._nodes)
 
     def position(self, seq: int) -> int | None:
-        return self._pos.get(seq)
+        return self._positions().get(seq)
+
+    def _positions(self) -> dict[int, int]:
+        positions = self._pos
+        if positions is None:
+            self._settle_nodes()
+            positions = dict(zip(self._nodes, range(len(self._nodes)), strict=True))
+            if len(positions) != len(self._nodes):
+                seq = next(seq for seq in self._nodes if self._nodes.count(seq) > 1)
+                raise SessionValidationError(seq, "a restored surface names this node twice")
+            self._pos = positions
+        return positions
 
     def check(self, event: SessionEvent, lookup: SessionEventLookup) -> None:
         """Raise if `event`'s surface op cannot apply; changes nothing."""
         op = event.surface_op
         if not isinstance(op, Replace):
             return
-        start, end = self._pos.get(op.start), self._pos.get(op.end)
+        positions = self._positions()
+        start, end = positions.get(op.start), positions.get(op.end)
         if start is None or end is None:
             missing = op.start if start is None else op.end
             raise SessionValidationError(
@@ -137,7 +203,10 @@ class SurfaceFold:
         op = event.surface_op
         message = project(event)
         if isinstance(op, Replace):
-            start, end = self._pos[op.start], self._pos[op.end]
+            if self._lazy is not None:
+                self._settle()
+            positions = self._positions()
+            start, end = positions[op.start], positions[op.end]
             if start < self._messages_nodes:
                 # Keep the cached messages derived before `start`; count them from the
                 # nearer end of the cached range rather than always from position 0.
@@ -154,19 +223,22 @@ class SurfaceFold:
             self._nodes[start : end + 1] = [event.seq]
             self._derived[start : end + 1] = [message]
             for seq in shadowed:
-                del self._pos[seq]
-            self._pos[event.seq] = start
+                del positions[seq]
+            positions[event.seq] = start
             if end > start:  # later nodes moved left: only their positions change
                 nodes = self._nodes
                 for index in range(start + 1, len(nodes)):
-                    self._pos[nodes[index]] = index
+                    positions[nodes[index]] = index
             self.generation += 1
         else:
-            self._pos[event.seq] = len(self._nodes)
+            if self._pos is not None:
+                self._pos[event.seq] = len(self._nodes)
             self._nodes.append(event.seq)
             self._derived.append(message)
 
     def messages(self) -> tuple[Message, ...]:
+        if self._lazy is not None:
+            self._settle()
         if self._messages_nodes < len(self._nodes):
             fresh = [m for m in self._derived[self._messages_nodes :] if m is not None]
             if fresh:

@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from attrs import frozen
 
 from ...codecs.converter import canonical_bytes
+from ...codecs.snapshots import pack_ints, unpack_ints
 from ..model.chunks import TokenUsage
 from ..model.events import AssistantMessage, Replace
 from ..model.header import ToolSchema
 from ..model.messages import Block, Message, Reasoning, Text, ToolCall, ToolResult
+from ..model.snapshot import MeterState
 from .header_algebra import HeaderFold
 from .session import Session
 from .surface import project
@@ -79,6 +81,36 @@ class TokenMeter:
         self._anchor_surface = 0
         self._anchor_key: bytes | None = None
         self._fixed: _FixedPart | None = None
+        snapshot = session.snapshot
+        if snapshot is not None:
+            # Restored from a fold snapshot: the meter it recorded, at its length.
+            meter = snapshot.meter
+            self._scanned = snapshot.length
+            self._nodes = list(unpack_ints(snapshot.nodes))
+            self._cost = dict(zip(self._nodes, unpack_ints(meter.costs), strict=True))
+            self._surface = meter.surface
+            self._header.current = snapshot.header
+            self._anchor = meter.anchor
+            self._anchor_surface = meter.anchor_surface
+            self._anchor_key = None if meter.anchor_key is None else bytes.fromhex(meter.anchor_key)
+
+    def state(self) -> MeterState:
+        """The meter as a fold snapshot records it (after scanning every event so far)."""
+        self.surface_tokens()
+        cost = self._cost
+        key = self._anchor_key
+        return MeterState(
+            self._surface,
+            self._anchor,
+            self._anchor_surface,
+            None if key is None else key.hex(),
+            pack_ints(cost[seq] for seq in self._nodes),
+        )
+
+    @property
+    def scanned(self) -> int:
+        """How many of the session's events the meter has taken in."""
+        return self._scanned
 
     def surface_tokens(self) -> int:
         session = self._session

@@ -104,6 +104,40 @@ class _Tally:
         )
 
 
+USAGE_DATA: frozenset[type] = frozenset({AssistantMessage, CompactionSummary})
+"""The data classes whose events count in usage totals (what `_Tally.add` looks at)."""
+
+
+class UsageFold:
+    """A session's own usage kept as events are appended (`Session.usage()`): the events
+    from seq `start` on are counted (a fork child's seed, its parent's work, is not)."""
+
+    __slots__ = ("_tally", "start")
+
+    def __init__(self, start: int = 0) -> None:
+        self.start = start
+        self._tally = _Tally()
+
+    def add(self, event: SessionEvent) -> None:
+        """Count `event` if it is the session's own and carries usage."""
+        if event.seq >= self.start and type(event.data) in USAGE_DATA:
+            self._tally.add(event)
+
+    def totals(self) -> UsageTotals:
+        """The totals so far."""
+        return self._tally.totals()
+
+    @classmethod
+    def restored(cls, start: int, totals: UsageTotals) -> UsageFold:
+        """A fold that continues from `totals` (a fold snapshot's)."""
+        fold = cls(start)
+        tally = fold._tally
+        tally.model, tally.compaction = totals.model, totals.compaction
+        tally.model_calls, tally.compaction_calls = totals.model_calls, totals.compaction_calls
+        tally.unreported = totals.unreported
+        return fold
+
+
 def usage_of(events: Iterable[SessionEvent]) -> UsageTotals:
     """Usage summed over `events` (any slice of a log: a turn, a session, a seed)."""
     tally = _Tally()

@@ -19,7 +19,6 @@ from ..errors import AgentBusy, SessionBusy, SessionExists, SessionNotFound, Ver
 from ..host.runtime import Runtime
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
-from ..log.usage import session_usage
 from ..log.verify import verify_log
 from ..model.hook_values import TurnResult
 from ..model.messages import Content
@@ -177,7 +176,7 @@ class SessionService:
         agent = self.runtime.get(session_id)
         if agent is not None:
             return agent.session
-        return await load_session(self.runtime.store, session_id, repair=False)
+        return await load_session(self.runtime.store, session_id, repair=False, folded=True)
 
     async def require(self, session_id: str) -> None:
         """Raise `SessionNotFound` unless `session_id` is live or stored."""
@@ -316,7 +315,7 @@ class SessionService:
         """Status, lineage, turns, the folded header and usage of one session."""
         session = await self.session(session_id)
         meta = session.meta
-        usage = session_usage(meta, session.events)
+        usage = session.usage()
         header = session.header()
         label = meta.labels.get(PROFILE_LABEL)
         recorded = label.get("profile") if isinstance(label, Mapping) else None

@@ -28,6 +28,7 @@ from ...codecs.jsonl import (
     scan_log,
 )
 from ...codecs.rows import check_version
+from ..control.collector import gc_paused
 from ..errors import (
     ErrorCode,
     GroupCommitError,
@@ -353,7 +354,8 @@ class JsonlStore:
             with self._leases.writer_right(session_id, lease) as may_write:
                 return self._load(session_id, may_write)
 
-        return await self._in_thread(run)
+        with gc_paused():  # every caller's load pauses the collector (control/collector.py)
+            return await self._in_thread(run)
 
     def _load(self, session_id: str, may_write: bool, *, repair: bool = True) -> Loaded:
         path = self._log_path(session_id)

@@ -1,76 +1,48 @@
 """Stored sessions outside any loop instance: load one (repaired) into a `Session` with the
-cyclic GC paused (what it allocated then handed to the oldest generation), and settle where
-a fork of a stored session starts (docs/spec/fork-resume.md §4)."""
+cyclic GC paused (`control.collector.gc_paused`), and settle where a fork of a stored
+session starts (docs/spec/fork-resume.md §4)."""
 
 from __future__ import annotations
 
-import gc
-import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-
 from attrs import frozen
 
+from ..control.collector import gc_paused as gc_paused  # re-exported: its old home
 from ..errors import ErrorCode, SessionForkError, SessionNotFound
 from ..log.session import Session, new_session_id
 from .base import Store
+from .leases import Lease
+from .snapshots import snapshot_store
 
 
-class _GcPause:
-    """Pauses the cyclic collector while any load runs (loads may overlap, in threads too).
-
-    A load allocates hundreds of thousands of acyclic objects that all survive; collecting
-    while it runs only rescans them, generation after generation. The collector is restored
-    by the last load to finish, and only if it was enabled when the first began.
-
-    Restoring it would leave all those objects in the youngest generation, for the next
-    young collection to scan at once (a tenth of a second for 100,000 events) and then the
-    middle one: so, when nothing is frozen, the last load hands them to the oldest
-    generation without a scan (`gc.freeze()` then `gc.unfreeze()` moves every tracked
-    object there), where only full collections, as rare as ever, look at them. With objects
-    frozen (a `CollectorPolicy` freezing after starts, or the application) nothing is moved:
-    unfreezing would release what someone else froze.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active = 0
-        self._restore = False
-
-    @contextmanager
-    def during(self) -> Iterator[None]:
-        with self._lock:
-            if self._active == 0:
-                self._restore = gc.isenabled()
-                gc.disable()
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._active -= 1
-                if self._active == 0 and self._restore:
-                    if gc.get_freeze_count() == 0:
-                        gc.freeze()
-                        gc.unfreeze()
-                    gc.enable()
-
-
-_gc_pause = _GcPause()
-
-
-def gc_paused() -> AbstractContextManager[None]:
-    """A context in which the cyclic GC is paused (nestable, thread-safe): wrap loads."""
-    return _gc_pause.during()
-
-
-async def load_session(store: Store, session_id: str, *, repair: bool = True) -> Session:
+async def load_session(
+    store: Store, session_id: str, *, repair: bool = True, folded: bool = False
+) -> Session:
     """Load a stored session for inspection; `repair=False` reads the durable part only
-    (nothing written, no lease needed, so a session live elsewhere can be looked at)."""
+    (nothing written, no lease needed, so a session live elsewhere can be looked at).
+
+    `folded=True` lets a store that keeps fold snapshots start from its latest one
+    (`load_stored`): the events before it are then read from the store on first access,
+    so the store must stay open while the session is used."""
     if not await store.exists(session_id):
         raise SessionNotFound(session_id)
+    if folded:
+        return await load_stored(store, session_id, repair=repair)
     with gc_paused():
         meta, events = await store.load(session_id, repair=repair)
+        return Session.from_loaded(session_id, events, meta)
+
+
+async def load_stored(
+    store: Store, session_id: str, *, lease: Lease | None = None, repair: bool = True
+) -> Session:
+    """The stored session as a `Session`, as `store.load` then `Session.from_loaded` give
+    it; a store keeping fold snapshots starts from its latest valid one (persistence.md
+    §2.7) and reads the events before it lazily, from the store, on first access."""
+    folding = snapshot_store(store)
+    with gc_paused():
+        if folding is not None:
+            return await folding.load_folded(session_id, lease=lease, repair=repair)
+        meta, events = await store.load(session_id, lease=lease, repair=repair)
         return Session.from_loaded(session_id, events, meta)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import trio
 
 from ...codecs.rows import check_version
+from ..control.collector import gc_paused
 from ..errors import (
     ErrorCode,
     GroupCommitError,
@@ -136,7 +137,10 @@ class MemoryStore:
     ) -> Loaded:
         await trio.lowlevel.checkpoint()
         record = self._record(session_id)
+        with gc_paused():  # every caller's load pauses the collector (control/collector.py)
+            return self._load(record, session_id, lease, repair)
 
+    def _load(self, record: _Record, session_id: str, lease: Lease | None, repair: bool) -> Loaded:
         def locate(seq: int) -> str:
             return f"memory:{session_id}#{seq}"
 

@@ -45,6 +45,7 @@ from ...codecs.rows import (
     meta_from_row,
     session_row,
 )
+from ..control.collector import gc_paused
 from ..errors import (
     ErrorCode,
     GroupCommitError,
@@ -68,9 +69,7 @@ from .base import (
     Loaded,
     check_seqs,
     parent_of,
-    plan_repair,
     raise_failures,
-    refuse_live_repair,
     sole_failure,
     validate_stored,
     write_rights,
@@ -79,10 +78,11 @@ from .ids import check_session_id
 from .leases import OFD_LOCKS, FlockFiles, Lease, LeaseTable, Locker, RangeLocks
 from .sqlite_connection import CHECKPOINT_PAGES as CHECKPOINT_PAGES  # re-exported
 from .sqlite_connection import Busy
-from .sqlite_reads import SqliteReads, plain_meta
+from .sqlite_reads import plain_meta
 from .sqlite_schema import EVENTS_TABLE as EVENTS_TABLE  # re-exported
-from .sqlite_schema import INSERT_EVENTS, INSERT_SESSION, MOVE_HEAD, SESSION_COLUMNS, SET_HEAD
+from .sqlite_schema import INSERT_EVENTS, INSERT_SESSION, MOVE_HEAD, SESSION_COLUMNS
 from .sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported
+from .sqlite_snapshots import SqliteSnapshots
 
 
 class _RowRefused(Exception):
@@ -99,14 +99,17 @@ INLINE_BYTES = 256 * 1024
 """Most encoded bytes a group commit may hold to run inline (a few WAL pages' writes)."""
 
 
-class SqliteStore(SqliteReads):
+class SqliteStore(SqliteSnapshots):
     """A `Store` in one SQLite file (WAL): a `sessions` row per session (meta, lineage,
     acknowledged head, checksum) and checksummed `events` rows (persistence.md §5)."""
 
     inline_commits: InlineCommits = "alone"
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "NORMAL", snapshots: bool = True
+    ) -> None:
         super().__init__(path, synchronous=synchronous)
+        self._init_snapshots(snapshots)
         self.url = f"sqlite:{self.path}?synchronous={self.synchronous}"
         locker: Locker
         if OFD_LOCKS:
@@ -401,24 +404,16 @@ class SqliteStore(SqliteReads):
             validate_stored(meta, events, locate)
             return meta, events
 
-        def read(db: sqlite3.Connection, may_write: bool) -> Loaded:
-            meta, events = self._load_all(db, session_id)
-            fixes = plan_repair(meta, events, locate)
-            if fixes:
-                if not may_write:
-                    raise refuse_live_repair(session_id, "its last turn has no turn/end")
-                self._tails.pop(session_id, None)
-                db.executemany(INSERT_EVENTS, event_rows(session_id, fixes))
-                db.execute(SET_HEAD, (fixes[-1].seq + 1, session_id))
-            return meta, (*events, *fixes)
-
         def run() -> Loaded:
             with self._leases.writer_right(session_id, lease) as may_write:
-                return self._transaction(lambda db: read(db, may_write), write=may_write)
+                return self._transaction(
+                    lambda db: self._read_repaired(db, session_id, may_write), write=may_write
+                )
 
-        if not repair:
-            return await self._in_thread(read_only, write=False)
-        return await self._writer.run(run)
+        with gc_paused():  # every caller's load, not only a resume's (its objects survive)
+            if not repair:
+                return await self._in_thread(read_only, write=False)
+            return await self._writer.run(run)
 
     async def exists(self, session_id: str) -> bool:
         check_session_id(session_id)

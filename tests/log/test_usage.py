@@ -180,3 +180,23 @@ def test_turns_partition_the_session_usage(events: tuple[SessionEvent, ...]) -> 
     assert sum((t.usage for t in per_turn), UsageTotals()) == whole
     for turn in per_turn:
         assert turn_usage(events, turn.turn) == turn.usage
+
+
+@settings(max_examples=60, deadline=None)
+@given(valid_logs())
+def test_the_session_keeps_its_own_usage_as_it_appends(events: tuple[SessionEvent, ...]) -> None:
+    """Issue 38: `Session.usage()` is kept incrementally, equal to the totals recomputed
+    from the log, for a replayed session, one appended event by event, and a fork child."""
+    from actorloop.runtime.log.session import Session
+
+    replayed = Session.from_events("u", events)
+    assert replayed.usage() == session_usage(replayed.meta, events)
+    appended = Session.create("a")
+    for event in events:
+        appended.append_event(event)
+        assert appended.usage() == usage_of(appended.events)
+    ends = [event.seq for event in events if event.type == "turn/end"]
+    if ends:
+        child = replayed.fork(ends[0])
+        assert child.usage() == UsageTotals()
+        assert child.usage() == session_usage(child.meta, child.events)

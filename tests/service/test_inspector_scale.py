@@ -30,6 +30,11 @@ class CountsLoads(SqliteStore):
         CountsLoads.loads += 1
         return await super().load(*args, **kwargs)
 
+    async def load_folded(self, *args: Any, **kwargs: Any) -> Any:
+        # The service reads a stored session from its fold snapshot (persistence.md §2.7).
+        CountsLoads.loads += 1
+        return await super().load_folded(*args, **kwargs)
+
 
 async def thousand_sessions(path: Path) -> str:
     """A store of `SESSIONS` sessions, created a millisecond apart (oldest first)."""

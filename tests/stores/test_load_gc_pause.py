@@ -15,6 +15,7 @@ import pytest
 from actorloop.runtime import AgentOptions
 from actorloop.runtime.host.runtime import Runtime
 from actorloop.runtime.stores.loading import gc_paused, load_session
+from actorloop.runtime.stores.memory import MemoryStore
 from actorloop.runtime.stores.sqlite import SqliteStore
 from actorloop.runtime.testing import EchoProvider
 
@@ -86,6 +87,12 @@ class _ObservedSqlite(SqliteStore):
 
     async def load(self, session_id: str, **kwargs: Any) -> Any:
         loaded = await super().load(session_id, **kwargs)
+        self.gc_during_load.append(gc.isenabled())
+        return loaded
+
+    async def load_folded(self, session_id: str, **kwargs: Any) -> Any:
+        # A resume's load (from a fold snapshot when there is one, persistence.md §2.7).
+        loaded = await super().load_folded(session_id, **kwargs)
         self.gc_during_load.append(gc.isenabled())
         return loaded
 
@@ -163,3 +170,47 @@ async def test_a_load_leaves_what_someone_froze_frozen(gc_on: None, tmp_path: Pa
         assert 2 not in _generation_of(list(session.events))
     finally:
         gc.unfreeze()
+
+
+class _SeenSqlite(SqliteStore):
+    """The real SQLite store; it notes whether the collector is on while it reads rows."""
+
+    seen: list[bool]
+
+    def _load_all(self, db: Any, session_id: str) -> Any:
+        self.seen.append(gc.isenabled())
+        return super()._load_all(db, session_id)
+
+
+class _SeenMemory(MemoryStore):
+    """The real memory store; it notes whether the collector is on while it reads events."""
+
+    seen: list[bool]
+
+    def _chain(self, record: Any, length: int | None = None) -> Any:
+        self.seen.append(gc.isenabled())
+        return super()._chain(record, length)
+
+
+async def test_a_plain_store_load_pauses_the_collector_itself(gc_on: None, tmp_path: Path) -> None:
+    """Issue 38: `store.load` from any caller (not only `rt.resume`) runs paused."""
+    await _stored_session(tmp_path / "gc.db")
+    store = _SeenSqlite(tmp_path / "gc.db")
+    store.seen = []
+    try:
+        await store.load("g")
+        await store.load("g", repair=False)
+    finally:
+        await store.close()
+    assert store.seen == [False, False]
+    assert gc.isenabled()
+    memory = _SeenMemory()
+    memory.seen = []
+    async with Runtime.open(store=memory, provider=EchoProvider()) as rt:
+        agent = await rt.spawn(OPTIONS, session_id="m")
+        await agent.send("hello")
+        await agent.dispose()
+        await memory.load("m")
+        await memory.load("m", repair=False)
+    assert memory.seen == [False, False]
+    assert gc.isenabled()

@@ -39,6 +39,7 @@ from ....codecs.rows import (
     meta_from_row,
     session_row,
 )
+from ...control.collector import gc_paused
 from ...errors import (
     ActorloopError,
     ErrorCode,
@@ -72,6 +73,7 @@ from ..base import (
 )
 from ..ids import check_session_id
 from ..leases import Lease
+from . import snapshots as pg_snapshots
 from .claims import Claim, Claims, Owner
 from .commit import GroupCommit, RowRefused, Write
 from .config import parse_url
@@ -104,7 +106,7 @@ class _Stored:
     owner: Owner
 
 
-class PostgresStore:
+class PostgresStore(pg_snapshots.FoldSnapshots):
     """The `Store` seam over PostgreSQL; see the module docstring. Open with
     `open_store("postgresql://user@host/db?lease_s=15")` or `PostgresStore(url)`."""
 
@@ -119,6 +121,7 @@ class PostgresStore:
         self._keeper = LeaseKeeper(self._claims, self.settings, self._run)
         self._group_commit = GroupCommit(self._claims, self.settings, self._corrupt)
         self._fence_listeners: list[Callable[[str], None]] = []
+        self.snapshot_state = pg_snapshots.SnapshotState()
 
     # connections (connections.py) ------------------------------------------------------
 
@@ -399,15 +402,16 @@ class PostgresStore:
                     self._append_fixes(conn, session_id, fixes, stored.owner.epoch + 1, None)
             return stored.meta, (*events, *fixes)
 
-        if not repair:
-            return await self._run(read_only)
-        if lease is None:
-            return await self._run(without_lease)
-        claim = self._claims.held(lease, session_id)
-        started = time.monotonic()
-        loaded, epoch = await self._run(partial(with_lease, claim))
-        self._taken(claim, epoch, started)
-        return loaded
+        with gc_paused():  # every caller's load pauses the collector (control/collector.py)
+            if not repair:
+                return await self._run(read_only)
+            if lease is None:
+                return await self._run(without_lease)
+            claim = self._claims.held(lease, session_id)
+            started = time.monotonic()
+            loaded, epoch = await self._run(partial(with_lease, claim))
+            self._taken(claim, epoch, started)
+            return loaded
 
     def _append_fixes(
         self,
