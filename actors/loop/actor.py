@@ -20,7 +20,9 @@ from ...runtime.control.hooks import (
     run_waterfall,
 )
 from ...runtime.control.options import AgentOptions, Tool
+from ...runtime.log.approvals import ApprovalLedger
 from ...runtime.log.session import Session
+from ...runtime.model.approvals import DecisionKind, PendingApproval
 from ...runtime.log.tokens import TokenMeter
 from ...runtime.model.events import APPEND, ContextMessage, SessionEvent, SurfaceOp
 from ...runtime.model.header import ToolSchema
@@ -28,10 +30,17 @@ from ...runtime.model.hook_values import ContextItem, TurnResult
 from ...runtime.model.messages import Content, Message, Source, Text
 from ...runtime.providers.base import Provider
 from ..kernel import ActorRef, Mailbox
-from . import inbox
+from . import decisions, inbox
 from .context import Compactor
 from .turn import run_item
-from .values import RECONFIGURABLE, OpenTurn, Persist, SessionStartKind, TurnItem
+from .values import (
+    RECONFIGURABLE,
+    OpenTurn,
+    Persist,
+    QueuedDecision,
+    SessionStartKind,
+    TurnItem,
+)
 
 
 class LoopActor:
@@ -55,6 +64,7 @@ class LoopActor:
         "_persist",
         "_persisted",
         "agent",
+        "approvals",
         "closed",
         "compactor",
         "configured_tools",
@@ -62,6 +72,7 @@ class LoopActor:
         "current_turn",
         "disposing",
         "failure",
+        "held_contexts",
         "logged_header",
         "options",
         "origin",
@@ -134,6 +145,10 @@ class LoopActor:
         self._owned: set[trio.CancelScope] | None = None
         """Background work owned with `own()`; created on first use."""
         self._meter: TokenMeter | None = None
+        self.approvals = ApprovalLedger.of_log(session.id, len(session), session.event)
+        """The calls that wait for a decision, rebuilt from the log and kept by `append`."""
+        self.held_contexts: list[ContextItem] = []
+        """Contexts of a parked tool batch, logged once its last call has a result."""
 
     # ------------------------------------------------------------------ public surface
 
@@ -149,18 +164,59 @@ class LoopActor:
             self._meter = TokenMeter(self.session)
         return self._meter
 
-    async def send(self, content: Content, source: Source) -> TurnResult:
-        return await inbox.submit(self, TurnItem("message", content, source))
+    async def send(
+        self, content: Content, source: Source, reject_pending: bool = False
+    ) -> TurnResult:
+        inbox.refuse_if_closed(self)
+        rejections = decisions.send_rejections(self.approvals, reject_pending)
+        item = TurnItem("message", content, source, rejections or None)
+        return await self._submit_decided(item, rejections)
+
+    def pending_approvals(self) -> tuple[PendingApproval, ...]:
+        return self.approvals.pending()
+
+    async def decide(
+        self,
+        call_id: str,
+        kind: DecisionKind,
+        arguments: str | None,
+        reason: str | None,
+        meta: Mapping[str, Any] | None,
+        source: Source,
+    ) -> TurnResult:
+        """Claim the call's decision, then run the turn that logs it and goes on."""
+        inbox.refuse_if_closed(self)
+        decision = QueuedDecision(call_id, kind, arguments, reason, meta)
+        decisions.claim(self.approvals, (decision,))
+        return await self._submit_decided(TurnItem("approval", (), source, (decision,)), (decision,))
+
+    async def _submit_decided(
+        self, item: TurnItem, claimed: tuple[QueuedDecision, ...]
+    ) -> TurnResult:
+        try:
+            return await inbox.submit(self, item)
+        finally:
+            # Logged decisions dropped their claims at the append; these were never logged.
+            decisions.release(self.approvals, claimed)
 
     def steer(self, content: Content, source: Source) -> None:
         inbox.refuse_if_closed(self)
         if inbox.cancellable_turn(self) is not None:
             self.steering.append((content, source))
         else:
+            decisions.send_rejections(self.approvals, False)
             inbox.enqueue_nowait(self, TurnItem("message", content, source))
 
+    def _held(self, item: TurnItem | None) -> TurnItem | None:
+        """An injection while calls wait is held until the last of them has a result (it
+        must not split a call from its result), like the contexts of a parked batch."""
+        if item is not None and self.current_turn is None and self.approvals.blocking:
+            self.held_contexts.append(ContextItem(item.content, item.source, item.meta))
+            return None
+        return item
+
     def inject(self, content: Content, source: Source, meta: Mapping[str, Any] | None) -> None:
-        item = inbox.context_now(self, content, source, meta)
+        item = self._held(inbox.context_now(self, content, source, meta))
         if item is not None:
             inbox.enqueue_nowait(self, item)
 
@@ -168,7 +224,7 @@ class LoopActor:
         self, content: Content, source: Source, meta: Mapping[str, Any] | None
     ) -> None:
         """`inject`, but waiting while the inbox is full instead of raising InboxFull."""
-        item = inbox.context_now(self, content, source, meta)
+        item = self._held(inbox.context_now(self, content, source, meta))
         if item is not None:
             await inbox.tell(self, item)
 
@@ -255,8 +311,18 @@ class LoopActor:
         return options
 
     def attach(self, mailbox: ActorRef[TurnItem]) -> None:
-        """Wire the kernel mailbox the supervisor created for this actor."""
+        """Wire the kernel mailbox the supervisor created for this actor; decided calls a
+        crash left without a result run first (their decisions are already logged)."""
         self._mailbox = mailbox
+        unrun = tuple(
+            QueuedDecision(entry.request.call_id, entry.decision.decision, record=False)
+            for entry in self.approvals.decided_unrun()
+            if entry.decision is not None
+        )
+        if unrun:
+            inbox.enqueue_nowait(
+                self, TurnItem("approval", (), Source.of_plugin("approvals"), unrun)
+            )
 
     # ------------------------------------------------------------------ hooks and seams
 
@@ -355,6 +421,7 @@ class LoopActor:
         event = self.session.append(
             event_type, data, surface_op=surface_op, source_event_seqs=sources
         )
+        self.approvals.advance(event)
         chain = self.chain("session/event")
         if chain:
             run_notify("session/event", chain, self.agent, event)

@@ -10,6 +10,7 @@ import trio
 
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.options import AgentOptions, Tool
+from ...runtime.log.approvals import ApprovalLedger
 from ...runtime.log.session import Session
 from ...runtime.log.tokens import TokenMeter
 from ...runtime.model.events import SessionEvent, SurfaceOp
@@ -69,6 +70,10 @@ class TurnContext(Protocol):
 
     session: Session
     agent: Agent
+    approvals: ApprovalLedger
+    """The calls that wait for a decision (or were decided and have no result yet)."""
+    held_contexts: list[ContextItem]
+    """Contexts of a parked tool batch, logged once its last call has a result."""
 
     def append_event(
         self,

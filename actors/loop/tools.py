@@ -19,6 +19,7 @@ from ...runtime.errors import ErrorCode, HookError, JsonValueError, sole_error
 from ...runtime.model.events import ToolCallEvent, ToolError, ToolResultEvent
 from ...runtime.model.hook_values import ContextItem, Deny, ToolCallInfo, ToolOutcome
 from ...runtime.model.messages import Text, ToolCall
+from .approvals import needs_approval, request_approval
 from .context import TurnContext
 from .values import OpenStep, OpenTurn
 
@@ -106,10 +107,14 @@ class _ResultsInOrder:
         self._next = 0
         self._ready: dict[int, ToolOutcome] = {}
 
-    def ready(self, index: int, outcome: ToolOutcome) -> None:
-        self._ready[index] = outcome
+    def ready(self, index: int, outcome: ToolOutcome | None) -> None:
+        """`outcome` for the call at `index` (None: the call is parked, it has none yet)."""
+        self._ready[index] = outcome  # type: ignore[assignment]
         while self._next in self._ready:
             outcome = self._ready.pop(self._next)
+            if outcome is None:
+                self._next += 1
+                continue
             log_result(self._ctx, self._step, outcome)
             assert self._turn.tool_batch is not None
             self._turn.tool_batch.extend(
@@ -129,7 +134,7 @@ async def run_tools(ctx: TurnContext, turn: OpenTurn, step: OpenStep) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()  # an observer may have cancelled
         if len(group) == 1:
             index, call = group[0]
-            info = await _start_call(ctx, step, results, index, call)
+            info = await _start_call(ctx, turn, step, results, index, call)
             if info is not None:
                 await _finish_call(ctx, turn, step, results, index, info, None)
             continue
@@ -139,7 +144,7 @@ async def run_tools(ctx: TurnContext, turn: OpenTurn, step: OpenStep) -> None:
                 for index, call in group:
                     await slots.acquire()
                     try:
-                        info = await _start_call(ctx, step, results, index, call)
+                        info = await _start_call(ctx, turn, step, results, index, call)
                     except BaseException:
                         slots.release()
                         raise
@@ -155,15 +160,42 @@ async def run_tools(ctx: TurnContext, turn: OpenTurn, step: OpenStep) -> None:
             raise error from group_error
     # On a cancel or error the batch stays open: the cleanup writes the missing results
     # first, then these contexts.
-    flush_tool_batch(ctx, turn)
+    if step.parked:
+        # Parked calls have no result yet: the contexts wait for the last one's.
+        ctx.held_contexts.extend(turn.tool_batch or ())
+        turn.tool_batch = None
+    else:
+        flush_tool_batch(ctx, turn)
 
 
 async def _start_call(
-    ctx: TurnContext, step: OpenStep, results: _ResultsInOrder, index: int, call: ToolCall
+    ctx: TurnContext,
+    turn: OpenTurn,
+    step: OpenStep,
+    results: _ResultsInOrder,
+    index: int,
+    call: ToolCall,
 ) -> ToolCallInfo | None:
     """Start one call in model order: `tools/pre-execute`, then its `tool/call` and a
-    barrier (the call is durable before its side effects). None when it was denied."""
+    barrier (the call is durable before its side effects). None when it was denied,
+    rejected or parked for a decision."""
     info = ToolCallInfo(step.turn, step.number, call.id, call.name, call.arguments)
+    decided = step.decided.get(call.id)
+    if decided is None and needs_approval(ctx, turn, step.tools.get(call.name), info):
+        decided = await request_approval(ctx, step, info)
+        if decided is None:
+            results.ready(index, None)
+            return None
+    if decided is not None and decided.decision == "reject":
+        log_call(ctx, step, info)
+        rejected = error_outcome(
+            info, ErrorCode.APPROVAL_REJECTED, f"Tool call rejected: {decided.reason}"
+        )
+        step.finished[info.call_id] = rejected
+        results.ready(index, rejected)
+        return None
+    if decided is not None and decided.arguments is not None:
+        info = evolve(info, arguments=decided.arguments)
     decision = await ctx.seam("tools/pre-execute", info)
     if isinstance(decision, Deny):
         log_call(ctx, step, info)

@@ -30,6 +30,8 @@ ToolOutput: TypeAlias = str | Content
 # The second argument is the call's `ToolContext` (control/handle.py, beside the `Agent` it
 # carries): the options stand below the handle, so they name it only here, as `Any`.
 ToolExecute: TypeAlias = Callable[[dict[str, Any], Any], Awaitable[ToolOutput]]
+ApprovalRule: TypeAlias = Callable[[dict[str, Any], Any], bool]
+"""`needs_approval` as a predicate: `(arguments, ctx) -> bool`."""
 
 
 @frozen
@@ -49,6 +51,9 @@ class Tool:
     execute: ToolExecute = field(eq=False)
     """`async def execute(args: dict, ctx: ToolContext) -> str | tuple[Text, ...]`."""
     exclusive: bool = field(default=False, kw_only=True)
+    needs_approval: bool | ApprovalRule = field(default=False, kw_only=True, eq=False)
+    """Whether a call waits for a human decision (docs/approvals.md): True, or a predicate
+    `(arguments, ctx) -> bool` over the call's validated arguments and its ToolContext."""
     validator: ArgumentsValidator = field(init=False, eq=False, repr=False)
     schema: ToolSchema = field(init=False, eq=False, repr=False)
     """What the request header records of this tool (name, description, parameters); one

@@ -7,6 +7,7 @@ from typing import Literal, TypeAlias
 from attrs import field, frozen
 
 from ...codecs.jsonvalue import FrozenDict, freeze_object
+from .approvals import ApprovalDecision, ApprovalRequest
 from .chunks import ErrorInfo, StreamChunk, TokenUsage
 from .header import EpochHeader, HeaderDelta
 from .messages import Content, Source, Text
@@ -37,8 +38,9 @@ TurnEndKind: TypeAlias = Literal[
     "aborted",
     "disposed",
     "interrupted",
+    "awaiting_approval",
 ]
-TriggerKind: TypeAlias = Literal["message", "injection", "compaction"]
+TriggerKind: TypeAlias = Literal["message", "injection", "compaction", "approval"]
 HeaderReason: TypeAlias = Literal["initial", "resume", "fallback"]
 
 
@@ -224,6 +226,8 @@ EventData: TypeAlias = (
     | CompactionSummary
     | CompactionEnd
     | CompactionPrune
+    | ApprovalRequest
+    | ApprovalDecision
     | IgnorableData
 )
 
@@ -246,6 +250,8 @@ DATA_BY_TYPE: dict[str, type] = {
     "compaction/summary": CompactionSummary,
     "compaction/end": CompactionEnd,
     "compaction/prune": CompactionPrune,
+    "approval/request": ApprovalRequest,
+    "approval/decision": ApprovalDecision,
 }
 TYPE_BY_DATA: dict[type, str] = {cls: name for name, cls in DATA_BY_TYPE.items()}
 
