@@ -22,8 +22,8 @@ from ...runtime.control.hooks import (
 from ...runtime.control.options import AgentOptions, Tool
 from ...runtime.log.approvals import ApprovalLedger
 from ...runtime.log.session import Session
-from ...runtime.model.approvals import DecisionKind, PendingApproval
 from ...runtime.log.tokens import TokenMeter
+from ...runtime.model.approvals import DecisionKind, PendingApproval
 from ...runtime.model.events import APPEND, ContextMessage, SessionEvent, SurfaceOp
 from ...runtime.model.header import ToolSchema
 from ...runtime.model.hook_values import ContextItem, TurnResult
@@ -188,7 +188,9 @@ class LoopActor:
         inbox.refuse_if_closed(self)
         decision = QueuedDecision(call_id, kind, arguments, reason, meta)
         decisions.claim(self.approvals, (decision,))
-        return await self._submit_decided(TurnItem("approval", (), source, (decision,)), (decision,))
+        return await self._submit_decided(
+            TurnItem("approval", (), source, (decision,)), (decision,)
+        )
 
     async def _submit_decided(
         self, item: TurnItem, claimed: tuple[QueuedDecision, ...]

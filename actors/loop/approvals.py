@@ -61,12 +61,20 @@ async def request_approval(
         return None
     if isinstance(answer, Approve):
         decision = ApprovalDecision(
-            info.turn, info.step, info.call_id, "approve", answer.arguments,
+            info.turn,
+            info.step,
+            info.call_id,
+            "approve",
+            answer.arguments,
             meta=answer.meta if answer.meta is not None else HOOK_META,
         )
     elif isinstance(answer, Reject):
         decision = ApprovalDecision(
-            info.turn, info.step, info.call_id, "reject", reason=answer.reason,
+            info.turn,
+            info.step,
+            info.call_id,
+            "reject",
+            reason=answer.reason,
             meta=answer.meta if answer.meta is not None else HOOK_META,
         )
     else:

@@ -28,8 +28,7 @@ def claim(ledger: ApprovalLedger, decisions: Sequence[QueuedDecision]) -> None:
         taken = queued.call_id in ledger.claimed or queued.call_id in ledger.decided
         if entry is None and not taken:
             raise ApprovalNotFound(
-                f"no call {queued.call_id!r} waits for a decision in session "
-                f"{ledger.session_id!r}"
+                f"no call {queued.call_id!r} waits for a decision in session {ledger.session_id!r}"
             )
         if taken or (entry is not None and entry.decision is not None):
             raise ApprovalAlreadyDecided(

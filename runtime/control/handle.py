@@ -147,9 +147,7 @@ class Agent:
         once the agent is disposed or failed, and `ApprovalsPending` while calls wait for
         a decision — unless `reject_pending`: then each is rejected first.
         """
-        return await self._loop.send(
-            as_content(content), as_source(source, USER), reject_pending
-        )
+        return await self._loop.send(as_content(content), as_source(source, USER), reject_pending)
 
     def pending_approvals(self) -> tuple[PendingApproval, ...]:
         """The calls waiting for a decision, in the order the model asked for them (rebuilt
@@ -170,7 +168,11 @@ class Agent:
         Raises `ApprovalAlreadyDecided` for a decided call, `ApprovalNotFound` for an
         unknown one."""
         return await self._loop.decide(
-            call_id, "approve", decision_arguments(arguments), None, meta,
+            call_id,
+            "approve",
+            decision_arguments(arguments),
+            None,
+            meta,
             as_source(source, USER),
         )
 

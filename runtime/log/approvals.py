@@ -71,10 +71,13 @@ class ApprovalLedger:
                 entry.decision = data
             self.claimed.discard(data.call_id)
             self.decided.add(data.call_id)
-        elif isinstance(data, ToolResultEvent) and self.entries:
-            if not isinstance(event.surface_op, Replace):
-                self.entries.pop(data.call_id, None)
-                self.claimed.discard(data.call_id)
+        elif (
+            isinstance(data, ToolResultEvent)
+            and self.entries
+            and not isinstance(event.surface_op, Replace)
+        ):
+            self.entries.pop(data.call_id, None)
+            self.claimed.discard(data.call_id)
 
     def pending(self) -> tuple[PendingApproval, ...]:
         """The calls that wait for a decision, in request order."""

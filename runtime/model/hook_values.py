@@ -95,7 +95,7 @@ class InboxEvent:
     are in the inbox after the change."""
 
     kind: InboxEventKind
-    item: Literal["message", "injection", "compaction"]
+    item: Literal["message", "injection", "compaction", "approval"]
     source: Source
     queued: int
 

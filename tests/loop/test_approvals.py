@@ -54,9 +54,7 @@ async def test_pool_of_five_with_one_approval_parks_after_four_results() -> None
         )
         result = await agent.send("pay the invoice")
         assert result.reason == "awaiting_approval"
-        assert result.pending == (
-            PendingApproval("pay", "pay", '{"amount": 100}', agent.id),
-        )
+        assert result.pending == (PendingApproval("pay", "pay", '{"amount": 100}', agent.id),)
         assert sorted(call_id for call_id, _ in ran.runs) == ["c0", "c1", "c2", "c3"]
         types = [e.type for e in agent.session.events]
         assert types.count("tool/result") == 4
