@@ -19,6 +19,8 @@ from ..errors import ErrorCode
 from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
 from ..model.messages import Content, Text
+from .approval_shapes import Decide
+from .approvals import decide, pending_list
 from .bodies import Cancel, CreateSession, Fork, Inject, Resume, SendMessage, Steer, parse_body
 from .drain import Drain
 from .errors import InvalidRequestBody
@@ -236,6 +238,29 @@ class Handlers:
         """Resume the session."""
         body = parse_body(await request.body(), Resume)
         return json_response(await self.service.resume(request.path_params["id"], body))
+
+    async def approvals(self, request: Request) -> Response:
+        """The calls waiting for a decision."""
+        return json_response(await pending_list(self.service, request.path_params["id"]))
+
+    async def decide(self, request: Request) -> Response:
+        """Approve or reject one waiting call; the continuation's outcome."""
+        body = parse_body(await request.body(), Decide)
+        key = request.headers.get("idempotency-key")
+        if key is not None and not 1 <= len(key) <= 200:
+            raise InvalidRequestBody("Idempotency-Key must be 1..200 characters")
+        work = partial(
+            decide,
+            self.service,
+            request.path_params["id"],
+            request.path_params["call_id"],
+            body,
+            key,
+        )
+        outcome = await _unless_disconnected(request, work)
+        if outcome is None:
+            return NO_ANSWER
+        return json_response(outcome, 200)
 
     async def events(self, request: Request) -> Response:
         """The session's events as Server-Sent Events."""

@@ -15,7 +15,14 @@ from attrs import evolve
 from ...codecs.converter import unstructure
 from ..control.handle import Agent
 from ..control.options import AgentOptions
-from ..errors import AgentBusy, SessionBusy, SessionExists, SessionNotFound, VerificationFailed
+from ..errors import (
+    AgentBusy,
+    ApprovalsPending,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    VerificationFailed,
+)
 from ..host.runtime import Runtime
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
@@ -360,6 +367,13 @@ class SessionService:
                     if outcome is None:
                         continue  # its first request started no turn: this one may
                     return outcome
+            if agent.pending_approvals() and not request.reject_pending:
+                if entry is not None:
+                    self.keys.forget(entry)
+                raise ApprovalsPending(
+                    f"session {session_id!r} has calls waiting for a decision: decide them "
+                    '(POST .../approvals/{call_id}) or send with "reject_pending": true'
+                )
             line = self._line(session_id)
             if request.if_busy == "reject" and (line.busy or agent.status == "running"):
                 if entry is not None:
@@ -370,9 +384,16 @@ class SessionService:
                 )
             ticket = line.enter()
             if request.wait:
-                return await self._run_turn(session_id, request.content, ticket, entry)
+                return await self._run_turn(
+                    session_id, request.content, ticket, entry, request.reject_pending
+                )
             self._nursery.start_soon(
-                self._run_in_background, session_id, request.content, ticket, entry
+                self._run_in_background,
+                session_id,
+                request.content,
+                ticket,
+                entry,
+                request.reject_pending,
             )
             return SessionState(session_id, "running")
 
@@ -382,6 +403,7 @@ class SessionService:
         content: Content,
         ticket: Ticket,
         entry: KeyEntry[TurnOutcome] | None,
+        reject_pending: bool = False,
     ) -> TurnOutcome:
         line = self._line(session_id)
         try:
@@ -394,7 +416,7 @@ class SessionService:
                 await agent.wait_idle()
                 first_seq = len(agent.session)
                 try:
-                    result = await agent.send(content)
+                    result = await agent.send(content, reject_pending=reject_pending)
                 except trio.Cancelled:
                     # The caller went away: its turn was ended (caller cancellation); the
                     # key remembers how, from the log.
@@ -421,9 +443,10 @@ class SessionService:
         content: Content,
         ticket: Ticket,
         entry: KeyEntry[TurnOutcome] | None,
+        reject_pending: bool = False,
     ) -> None:
         try:
-            await self._run_turn(session_id, content, ticket, entry)
+            await self._run_turn(session_id, content, ticket, entry, reject_pending)
         except Exception as exc:
             # Nobody awaits this send: what went wrong goes to the log (and the session's
             # events show whether a turn ran); one failed send never takes the service down.
