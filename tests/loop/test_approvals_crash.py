@@ -11,7 +11,6 @@ Bounded by default (`APPROVALS_CRASH_TRIALS` kill -9 trials per schedule, defaul
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -80,11 +79,13 @@ async def crash_trial(tmp: Path, mode: str) -> None:
         agent = await rt.spawn(AgentOptions(model="m", tools=(tool,)))
         assert (await agent.send("pay")).reason == "awaiting_approval"
         session_id = agent.id
-    owner = subprocess.run(
-        [sys.executable, "-c", OWNER, store, session_id, mode, str(effects)],
-        capture_output=True,
-        timeout=120,
-    )
+    with trio.fail_after(120):
+        owner = await trio.run_process(
+            [sys.executable, "-c", OWNER, store, session_id, mode, str(effects)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     assert owner.returncode == -9, owner.stderr.decode()
     after = ScriptedProvider([reply("after the crash")])
     async with open_runtime(after, store) as rt:
@@ -137,7 +138,7 @@ async def test_concurrent_decisions_record_exactly_one() -> None:
                 assert (await agent.send("pay")).reason == "awaiting_approval"
             outcomes: list[str] = []
 
-            async def decide(agent: Any, how: str) -> None:
+            async def decide(agent: Any, how: str, outcomes: list[str] = outcomes) -> None:
                 try:
                     if how == "approve":
                         await agent.approve("p")
