@@ -73,7 +73,11 @@ async def test_the_same_approval_at_two_instances_is_decided_once(pg_url: str) -
                 assert sent.json()["reason"] == "awaiting_approval", sent.text
             statuses: dict[str, list[int]] = {session_id: [] for session_id in ids}
 
-            async def approve(client: httpx.AsyncClient, session_id: str) -> None:
+            async def approve(
+                client: httpx.AsyncClient,
+                session_id: str,
+                statuses: dict[str, list[int]] = statuses,
+            ) -> None:
                 response = await client.post(
                     f"/v1/sessions/{session_id}/approvals/p", json={"decision": "approve"}
                 )
