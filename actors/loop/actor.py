@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import trio
 
+from ...runtime.control.approvals import Forwarder
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.hooks import (
     HookRegistry,
@@ -72,6 +73,7 @@ class LoopActor:
         "current_turn",
         "disposing",
         "failure",
+        "forwarders",
         "held_contexts",
         "logged_header",
         "options",
@@ -148,6 +150,8 @@ class LoopActor:
         self.approvals = ApprovalLedger.of_log(session.id, len(session), session.event)
         """The calls that wait for a decision, rebuilt from the log and kept by `append`."""
         self.held_contexts: list[ContextItem] = []
+        self.forwarders: dict[str, Forwarder] = {}
+        """By delegating call id: how a decision on its subagent's calls reaches it."""
         """Contexts of a parked tool batch, logged once its last call has a result."""
 
     # ------------------------------------------------------------------ public surface
@@ -187,7 +191,7 @@ class LoopActor:
         """Claim the call's decision, then run the turn that logs it and goes on."""
         inbox.refuse_if_closed(self)
         decision = QueuedDecision(call_id, kind, arguments, reason, meta)
-        decisions.claim(self.approvals, (decision,))
+        decisions.claim(self.approvals, (decision,), self.forwarders)
         return await self._submit_decided(
             TurnItem("approval", (), source, (decision,)), (decision,)
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import orjson
 
+from ...runtime.control.approvals import DeferredApprovals
 from ...runtime.control.handle import ToolContext
 from ...runtime.control.options import Tool
 from ...runtime.errors import HookError
@@ -85,3 +86,27 @@ async def request_approval(
     ctx.append_event("approval/decision", decision)
     step.decided[info.call_id] = decision
     return decision
+
+
+def park_deferred(
+    ctx: TurnContext, step: OpenStep, info: ToolCallInfo, deferred: DeferredApprovals
+) -> None:
+    """Park the call `info` on the subagent calls `deferred` names: an `approval/request`
+    for each (naming the subagent session and this call), decided through this agent."""
+    for pending in deferred.pending:
+        ctx.append_event(
+            "approval/request",
+            ApprovalRequest(
+                info.turn,
+                info.step,
+                pending.call_id,
+                pending.tool,
+                pending.arguments,
+                pending.session_id,
+                info.call_id,
+                info.name,
+                info.arguments,
+            ),
+        )
+        step.parked.append(pending.call_id)
+    ctx.forwarders[info.call_id] = deferred.forward

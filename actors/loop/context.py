@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import trio
 
+from ...runtime.control.approvals import Forwarder
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.options import AgentOptions, Tool
 from ...runtime.log.approvals import ApprovalLedger
@@ -74,6 +75,8 @@ class TurnContext(Protocol):
     """The calls that wait for a decision (or were decided and have no result yet)."""
     held_contexts: list[ContextItem]
     """Contexts of a parked tool batch, logged once its last call has a result."""
+    forwarders: dict[str, Forwarder]
+    """By delegating call id: how a decision on its subagent's calls reaches the subagent."""
 
     def append_event(
         self,

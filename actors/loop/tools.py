@@ -12,6 +12,7 @@ import trio
 from attrs import evolve
 
 from ...codecs.jsonvalue import freeze_json
+from ...runtime.control.approvals import DeferredApprovals
 from ...runtime.control.handle import ToolContext
 from ...runtime.control.hooks import run_waterfall
 from ...runtime.control.options import Tool
@@ -19,7 +20,7 @@ from ...runtime.errors import ErrorCode, HookError, JsonValueError, sole_error
 from ...runtime.model.events import ToolCallEvent, ToolError, ToolResultEvent
 from ...runtime.model.hook_values import ContextItem, Deny, ToolCallInfo, ToolOutcome
 from ...runtime.model.messages import Text, ToolCall
-from .approvals import needs_approval, request_approval
+from .approvals import needs_approval, park_deferred, request_approval
 from .context import TurnContext
 from .values import OpenStep, OpenTurn
 
@@ -38,7 +39,7 @@ def error_outcome(info: ToolCallInfo, code: ErrorCode, message: str) -> ToolOutc
     )
 
 
-def _tool_text(output: object) -> tuple[Text, ...] | None:
+def tool_text(output: object) -> tuple[Text, ...] | None:
     """A tool's output as result blocks (a str, or a tuple of Text with str text whose
     values the log can hold), or None when it is anything else."""
     if isinstance(output, str):
@@ -74,7 +75,7 @@ def _checked_outcome(outcome: object, info: ToolCallInfo, hook: str) -> ToolOutc
     if not isinstance(outcome, ToolOutcome):
         raise HookError(f"{hook} must return a ToolOutcome, got {describe(outcome)}")
     _same_call(info, outcome.call_id, outcome.name, hook)
-    if _tool_text(outcome.content) is None:
+    if tool_text(outcome.content) is None:
         raise HookError(f"{hook} returned content that is not a tuple of Text with str text")
     return outcome
 
@@ -223,13 +224,19 @@ async def _finish_call(
     """Run a started call (`tools/execute` around the tool, then `tools/post-execute`)
     and hand its outcome to `results`."""
     try:
-        outcome = await run_waterfall(
-            "tools/execute",
-            ctx.chain("tools/execute"),
-            ctx.agent,
-            info,
-            terminal=partial(_execute_logged, ctx, turn, step, info),
-        )
+        try:
+            outcome = await run_waterfall(
+                "tools/execute",
+                ctx.chain("tools/execute"),
+                ctx.agent,
+                info,
+                terminal=partial(_execute_logged, ctx, turn, step, info),
+            )
+        except DeferredApprovals as deferred:
+            # The tool's work waits for decisions in a subagent: the call parks on them.
+            park_deferred(ctx, step, info, deferred)
+            results.ready(index, None)
+            return
         await trio.lowlevel.checkpoint_if_cancelled()
         outcome = _checked_outcome(outcome, info, "tools/execute")
         # A listener's own outcome (a short-circuit) is this call's real result too.
@@ -316,9 +323,11 @@ async def _execute(
     step.started.add(info.call_id)
     try:
         output = await tool.execute(args, context)
+    except DeferredApprovals:
+        raise
     except Exception as exc:
         return failed(ErrorCode.TOOL_FAILED, f"{type(exc).__name__}: {exc}")
-    content = _tool_text(output)
+    content = tool_text(output)
     if content is None:
         return failed(
             ErrorCode.INVALID_TOOL_OUTPUT,

@@ -78,6 +78,13 @@ class ApprovalLedger:
         ):
             self.entries.pop(data.call_id, None)
             self.claimed.discard(data.call_id)
+            for call_id in [
+                call_id
+                for call_id, entry in self.entries.items()
+                if entry.request.via_call == data.call_id
+            ]:
+                del self.entries[call_id]
+                self.claimed.discard(call_id)
 
     def pending(self) -> tuple[PendingApproval, ...]:
         """The calls that wait for a decision, in request order."""
@@ -86,7 +93,7 @@ class ApprovalLedger:
                 entry.request.call_id,
                 entry.request.tool,
                 entry.request.arguments,
-                self.session_id,
+                entry.request.session_id or self.session_id,
             )
             for entry in self.entries.values()
             if entry.decision is None
@@ -102,7 +109,11 @@ class ApprovalLedger:
 
     def decided_unrun(self) -> tuple[ApprovalEntry, ...]:
         """The decided calls without a result (their run was cut short by a crash)."""
-        return tuple(entry for entry in self.entries.values() if entry.decision is not None)
+        return tuple(
+            entry
+            for entry in self.entries.values()
+            if entry.decision is not None and entry.request.via_call is None
+        )
 
     @property
     def blocking(self) -> bool:

@@ -122,7 +122,10 @@ class _StepCalls:
                 if isinstance(block, ToolCall):
                     self.requested[block.id] = block.name
         elif isinstance(data, ApprovalRequest):
-            self.parked[data.call_id] = data.tool
+            if data.via_call is not None and data.via_tool is not None:
+                self.parked[data.via_call] = data.via_tool  # the delegation waits
+            else:
+                self.parked[data.call_id] = data.tool
         elif isinstance(data, ToolCallEvent):
             name = self.requested.get(data.call_id) or self.parked.get(data.call_id)
             if name is None:

@@ -26,6 +26,12 @@ class ApprovalRequest:
     call_id: str
     tool: str
     arguments: str
+    session_id: str | None = None
+    """The subagent session the call waits in (None: this session's own call)."""
+    via_call: str | None = None
+    """For a subagent's call: this session's call (the delegation) that waits on it."""
+    via_tool: str | None = None
+    via_arguments: str | None = None
 
 
 @frozen
