@@ -2,7 +2,8 @@
 approvals`, `POST /v1/sessions/{id}/approvals/{call_id}` (one decision: a second is 409
 APPROVAL_ALREADY_DECIDED, an unknown call 404 APPROVAL_NOT_FOUND; an `Idempotency-Key`
 repeat answers the first outcome), 409 APPROVALS_PENDING on a send, the request and decision
-events on SSE, and the document listing both routes (docs/approvals.md)."""
+events on SSE, the document listing both routes, and the inspector's badge, pending list
+and decision note (docs/approvals.md)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,11 @@ async def test_list_decide_conflicts_idempotency_and_events() -> None:
                 {"call_id": "p1", "tool": "pay", "arguments": '{"amount": 5}', "session_id": "s1"}
             ],
         }
+        index = (await client.get("/")).text
+        assert "1 approval waiting" in index
+        page = (await client.get("/sessions/s1")).text
+        assert 'class="pending-approvals"' in page and 'data-call="p1"' in page
+        assert "pay p1 waits for approval" in page
         refused = await client.post("/v1/sessions/s1/messages", json={"content": "other"})
         assert refused.status_code == 409 and code_of(refused) == "APPROVALS_PENDING"
         missing = await client.post("/v1/sessions/s1/approvals/nope", json={"decision": "approve"})
@@ -99,6 +105,9 @@ async def test_list_decide_conflicts_idempotency_and_events() -> None:
         )
         assert again.status_code == 200 and again.json() == winner.json()
         assert RUNS == [{"amount": 4}]
+        page = (await client.get("/sessions/s1")).text
+        assert "pending-approvals" not in page
+        assert "p1 approved" in page and "edited arguments" in page
 
         parked = await client.post("/v1/sessions/s1/messages", json={"content": "pay more"})
         assert parked.json()["reason"] == "awaiting_approval"
