@@ -142,8 +142,12 @@ async def resolve(
     await ctx.barrier()
     step.requested = tuple(own)
     turn.tool_batch = []
-    await run_tools(ctx, turn, step)
+    # Decisions handed to subagents first: run_tools then logs (or holds, when something
+    # parked again) the batch's contexts after every result of the step.
     await _forward(ctx, step, forwarded)
+    delegations, step.requested = step.requested[len(own) :], tuple(own)
+    await run_tools(ctx, turn, step)
+    step.requested += delegations
     await end_step(ctx, turn)
     if ctx.approvals.blocking:
         return TurnEndReason("awaiting_approval")
