@@ -186,3 +186,20 @@ async def test_parked_turn_holds_no_task_and_dispose_while_parked() -> None:
         agent.cancel()
         await agent.dispose()
         assert agent.session.events[-1].type == "turn/end"
+
+
+async def test_inject_while_parked_is_held_until_the_last_result_and_steer_refused() -> None:
+    ran = Ran()
+    provider = ScriptedProvider([tool_call("p", "pay", {"amount": 1}), reply("done")])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(AgentOptions(model="m", tools=(ran.tool("pay", True),)))
+        await agent.send("pay")
+        agent.inject("a note from a plugin")
+        with pytest.raises(ApprovalsPending):
+            agent.steer("go on")
+        assert [e.type for e in agent.session.events].count("context/message") == 0
+        await agent.approve("p")
+        types = [e.type for e in agent.session.events]
+        assert types.index("context/message") > types.index("tool/result")
+        assert types.count("context/message") == 1
+        check_log(agent)
