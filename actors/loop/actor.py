@@ -43,6 +43,8 @@ from .values import (
     TurnItem,
 )
 
+FORKED_UNRUN = "decided before the fork and not run yet: it runs in the parent session only"
+
 
 class LoopActor:
     """The only writer of its session. Its inbox is a bounded kernel mailbox of turn items;
@@ -320,8 +322,16 @@ class LoopActor:
         """Wire the kernel mailbox the supervisor created for this actor; decided calls a
         crash left without a result run first (their decisions are already logged)."""
         self._mailbox = mailbox
+        # In a fork child such a call is its parent's to run: the child answers it as
+        # not run (it never runs twice across a family).
+        forked = self.origin == "fork"
         unrun = tuple(
-            QueuedDecision(entry.request.call_id, entry.decision.decision, record=False)
+            QueuedDecision(
+                entry.request.call_id,
+                "reject" if forked else entry.decision.decision,
+                reason=FORKED_UNRUN if forked else None,
+                record=False,
+            )
             for entry in self.approvals.decided_unrun()
             if entry.decision is not None
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from attrs import evolve
+
 from ...runtime.control.approvals import DeferredApprovals, Forwarder
 from ...runtime.errors import (
     ApprovalAlreadyDecided,
@@ -136,7 +138,11 @@ async def resolve(
             forwarded.append((queued, entry))
             continue
         assert entry.decision is not None
-        step.decided[queued.call_id] = entry.decision
+        decided = entry.decision
+        if not queued.record and queued.decision != decided.decision:
+            # A fork child's copy of a decided call its parent runs: answered, not run.
+            decided = evolve(decided, decision=queued.decision, reason=queued.reason)
+        step.decided[queued.call_id] = decided
         own.append(ToolCall(request.call_id, request.tool, request.arguments))
     # The decisions are durable before any decided call runs.
     await ctx.barrier()

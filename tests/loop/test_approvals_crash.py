@@ -160,3 +160,39 @@ async def test_concurrent_decisions_record_exactly_one() -> None:
                 approved += decisions[0].data.decision == "approve"
                 await agent.dispose()
         assert len(runs) == approved  # side effects == approvals
+
+
+async def test_a_fork_taken_after_the_decision_leaves_the_run_to_the_parent(
+    tmp_path: Path,
+) -> None:
+    store = f"sqlite:{tmp_path / 'fork.db'}"
+    effects = tmp_path / "effects.txt"
+    effects.write_text("")
+    tool = effect_tool(effects)
+    options = AgentOptions(model="m", tools=(tool,))
+    async with open_runtime(ScriptedProvider([tool_call("p", "pay", {"n": 1})]), store) as rt:
+        agent = await rt.spawn(options)
+        await agent.send("pay")
+        session_id = agent.id
+    with trio.fail_after(120):
+        owner = await trio.run_process(
+            [sys.executable, "-c", OWNER, store, session_id, "before", str(effects)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert owner.returncode == -9, owner.stderr.decode()
+    provider = ScriptedProvider([reply("child went on"), reply("parent went on")])
+    async with open_runtime(provider, store) as rt:
+        child = await rt.fork(session_id, options=options)
+        with trio.fail_after(30):
+            await child.wait_idle()
+        results = [e.data for e in child.session.events if e.type == "tool/result"]
+        assert results[-1].error is not None and results[-1].error.code == "APPROVAL_REJECTED"
+        assert effects.read_text() == ""
+        parent = await rt.resume(session_id, options)
+        with trio.fail_after(30):
+            await parent.wait_idle()
+        assert effects.read_text().splitlines() == ["p"]
+        verify_log(child.session.meta, child.session.events)
+        verify_log(parent.session.meta, parent.session.events)
