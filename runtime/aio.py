@@ -26,6 +26,7 @@ from .host.aio_events import EVENTS_BUFFER, EventFeed, first_seq
 from .host.aio_futures import fail, resolve, wait_through_cancellation
 from .host.aio_guest import GuestRun
 from .host.runtime import Runtime as TrioRuntime
+from .model.approvals import PendingApproval
 from .model.events import SessionEvent
 from .model.hook_values import TurnResult
 from .model.messages import Block, Content
@@ -296,12 +297,48 @@ class Agent:
         return self.trio_agent.on(name, adapt_listener(name, listener, self._runtime._handle))
 
     async def send(
-        self, content: str | Content | list[Block], *, source: SourceSpec = None
+        self,
+        content: str | Content | list[Block],
+        *,
+        source: SourceSpec = None,
+        reject_pending: bool = False,
     ) -> TurnResult:
         """Queue one turn and wait until it ends (`Agent.send`). Cancelled while queued, the
         item is withdrawn; while its turn runs, the turn ends `aborted` ("caller cancelled")
         and the CancelledError comes once the turn is closed and flushed."""
-        return await self._runtime.run_trio(partial(self.trio_agent.send, content, source=source))
+        return await self._runtime.run_trio(
+            partial(self.trio_agent.send, content, source=source, reject_pending=reject_pending)
+        )
+
+    def pending_approvals(self) -> tuple[PendingApproval, ...]:
+        """The calls waiting for a decision (`Agent.pending_approvals`)."""
+        return self.trio_agent.pending_approvals()
+
+    async def approve(
+        self,
+        call_id: str,
+        arguments: str | Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        source: SourceSpec = None,
+    ) -> TurnResult:
+        """Approve a waiting call, run it and continue the turn (`Agent.approve`)."""
+        return await self._runtime.run_trio(
+            partial(self.trio_agent.approve, call_id, arguments, meta=meta, source=source)
+        )
+
+    async def reject(
+        self,
+        call_id: str,
+        reason: str = "no",
+        *,
+        meta: Mapping[str, Any] | None = None,
+        source: SourceSpec = None,
+    ) -> TurnResult:
+        """Reject a waiting call and continue the turn (`Agent.reject`)."""
+        return await self._runtime.run_trio(
+            partial(self.trio_agent.reject, call_id, reason, meta=meta, source=source)
+        )
 
     def steer(self, content: str | Content | list[Block], *, source: SourceSpec = None) -> None:
         """Redirect the running turn (`Agent.steer`)."""

@@ -25,6 +25,12 @@ class ErrorCode(StrEnum):
     TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
     TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
     INVALID_TOOL_OUTPUT = "INVALID_TOOL_OUTPUT"
+    APPROVAL_REJECTED = "APPROVAL_REJECTED"
+
+    # approvals (ApprovalAlreadyDecided, ApprovalNotFound, ApprovalsPending) — docs/approvals.md
+    APPROVAL_ALREADY_DECIDED = "APPROVAL_ALREADY_DECIDED"
+    APPROVAL_NOT_FOUND = "APPROVAL_NOT_FOUND"
+    APPROVALS_PENDING = "APPROVALS_PENDING"
 
     # model calls (ProviderError.code, finish errors, turn/end error.code)
     RATE_LIMITED = "RATE_LIMITED"

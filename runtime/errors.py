@@ -26,6 +26,9 @@ keep working)::
     │   ├── AgentClosed                the agent was disposed or failed
     │   ├── InboxFull                  a synchronous enqueue met a full inbox
     │   ├── AgentBusy                  a turn runs or waits (the service's one-run rule)
+    │   ├── ApprovalAlreadyDecided     a second decision on a call already decided
+    │   ├── ApprovalNotFound           [LookupError] no call waits for a decision by that id
+    │   ├── ApprovalsPending           a send while calls wait for decisions
     │   └── TurnFailed                 `TurnResult.raise_for_error()` on an `error` turn
     ├── RuntimeClosed                  the runtime is shutting down; it starts nothing
     ├── HostError                      [RuntimeError] the asyncio host cannot run here
@@ -251,6 +254,26 @@ class AgentBusy(AgentError):
     it (the service's one-run-per-session rule, docs/spec/runtime.md §15.3)."""
 
     code = ErrorCode.SESSION_BUSY
+
+
+class ApprovalAlreadyDecided(AgentError):
+    """The call was already decided (approved or rejected, or a decision is on its way):
+    a call gets exactly one decision."""
+
+    code = ErrorCode.APPROVAL_ALREADY_DECIDED
+
+
+class ApprovalNotFound(AgentError, LookupError):
+    """No call of this session waits for a decision under that id."""
+
+    code = ErrorCode.APPROVAL_NOT_FOUND
+
+
+class ApprovalsPending(AgentError):
+    """Calls wait for decisions: a new message would split them from their results. Decide
+    them first, or send with `reject_pending=True`."""
+
+    code = ErrorCode.APPROVALS_PENDING
 
 
 class TurnFailed(AgentError):

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import trio
 
+from ...runtime.control.approvals import Forwarder
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.hooks import (
     HookRegistry,
@@ -20,19 +21,30 @@ from ...runtime.control.hooks import (
     run_waterfall,
 )
 from ...runtime.control.options import AgentOptions, Tool
+from ...runtime.log.approvals import ApprovalLedger
 from ...runtime.log.session import Session
 from ...runtime.log.tokens import TokenMeter
+from ...runtime.model.approvals import DecisionKind, PendingApproval
 from ...runtime.model.events import APPEND, ContextMessage, SessionEvent, SurfaceOp
 from ...runtime.model.header import ToolSchema
 from ...runtime.model.hook_values import ContextItem, TurnResult
 from ...runtime.model.messages import Content, Message, Source, Text
 from ...runtime.providers.base import Provider
 from ..kernel import ActorRef, Mailbox
-from . import inbox
+from . import decisions, inbox
 from .context import Compactor
 from .snapshots import SaveSnapshot, SnapshotKeeper
 from .turn import run_item
-from .values import RECONFIGURABLE, OpenTurn, Persist, SessionStartKind, TurnItem
+from .values import (
+    RECONFIGURABLE,
+    OpenTurn,
+    Persist,
+    QueuedDecision,
+    SessionStartKind,
+    TurnItem,
+)
+
+FORKED_UNRUN = "decided before the fork and not run yet: it runs in the parent session only"
 
 
 class LoopActor:
@@ -57,6 +69,7 @@ class LoopActor:
         "_persisted",
         "_snapshots",
         "agent",
+        "approvals",
         "closed",
         "compactor",
         "configured_tools",
@@ -64,6 +77,8 @@ class LoopActor:
         "current_turn",
         "disposing",
         "failure",
+        "forwarders",
+        "held_contexts",
         "logged_header",
         "options",
         "origin",
@@ -138,6 +153,12 @@ class LoopActor:
         self._owned: set[trio.CancelScope] | None = None
         """Background work owned with `own()`; created on first use."""
         self._meter: TokenMeter | None = None
+        self.approvals = ApprovalLedger.of_log(session.id, len(session), session.event)
+        """The calls that wait for a decision, rebuilt from the log and kept by `append`."""
+        self.held_contexts: list[ContextItem] = []
+        self.forwarders: dict[str, Forwarder] = {}
+        """By delegating call id: how a decision on its subagent's calls reaches it."""
+        """Contexts of a parked tool batch, logged once its last call has a result."""
 
     # ------------------------------------------------------------------ public surface
 
@@ -156,18 +177,61 @@ class LoopActor:
     def _meter_now(self) -> TokenMeter:
         return self.meter
 
-    async def send(self, content: Content, source: Source) -> TurnResult:
-        return await inbox.submit(self, TurnItem("message", content, source))
+    async def send(
+        self, content: Content, source: Source, reject_pending: bool = False
+    ) -> TurnResult:
+        inbox.refuse_if_closed(self)
+        rejections = decisions.send_rejections(self.approvals, reject_pending)
+        item = TurnItem("message", content, source, rejections or None)
+        return await self._submit_decided(item, rejections)
+
+    def pending_approvals(self) -> tuple[PendingApproval, ...]:
+        return self.approvals.pending()
+
+    async def decide(
+        self,
+        call_id: str,
+        kind: DecisionKind,
+        arguments: str | None,
+        reason: str | None,
+        meta: Mapping[str, Any] | None,
+        source: Source,
+    ) -> TurnResult:
+        """Claim the call's decision, then run the turn that logs it and goes on."""
+        inbox.refuse_if_closed(self)
+        decision = QueuedDecision(call_id, kind, arguments, reason, meta)
+        decisions.claim(self.approvals, (decision,), self.forwarders)
+        return await self._submit_decided(
+            TurnItem("approval", (), source, (decision,)), (decision,)
+        )
+
+    async def _submit_decided(
+        self, item: TurnItem, claimed: tuple[QueuedDecision, ...]
+    ) -> TurnResult:
+        try:
+            return await inbox.submit(self, item)
+        finally:
+            # Logged decisions dropped their claims at the append; these were never logged.
+            decisions.release(self.approvals, claimed)
 
     def steer(self, content: Content, source: Source) -> None:
         inbox.refuse_if_closed(self)
         if inbox.cancellable_turn(self) is not None:
             self.steering.append((content, source))
         else:
+            decisions.send_rejections(self.approvals, False)
             inbox.enqueue_nowait(self, TurnItem("message", content, source))
 
+    def _held(self, item: TurnItem | None) -> TurnItem | None:
+        """An injection while calls wait is held until the last of them has a result (it
+        must not split a call from its result), like the contexts of a parked batch."""
+        if item is not None and self.current_turn is None and self.approvals.blocking:
+            self.held_contexts.append(ContextItem(item.content, item.source, item.meta))
+            return None
+        return item
+
     def inject(self, content: Content, source: Source, meta: Mapping[str, Any] | None) -> None:
-        item = inbox.context_now(self, content, source, meta)
+        item = self._held(inbox.context_now(self, content, source, meta))
         if item is not None:
             inbox.enqueue_nowait(self, item)
 
@@ -175,7 +239,7 @@ class LoopActor:
         self, content: Content, source: Source, meta: Mapping[str, Any] | None
     ) -> None:
         """`inject`, but waiting while the inbox is full instead of raising InboxFull."""
-        item = inbox.context_now(self, content, source, meta)
+        item = self._held(inbox.context_now(self, content, source, meta))
         if item is not None:
             await inbox.tell(self, item)
 
@@ -262,8 +326,26 @@ class LoopActor:
         return options
 
     def attach(self, mailbox: ActorRef[TurnItem]) -> None:
-        """Wire the kernel mailbox the supervisor created for this actor."""
+        """Wire the kernel mailbox the supervisor created for this actor; decided calls a
+        crash left without a result run first (their decisions are already logged)."""
         self._mailbox = mailbox
+        # In a fork child such a call is its parent's to run: the child answers it as
+        # not run (it never runs twice across a family).
+        forked = self.origin == "fork"
+        unrun = tuple(
+            QueuedDecision(
+                entry.request.call_id,
+                "reject" if forked else entry.decision.decision,
+                reason=FORKED_UNRUN if forked else None,
+                record=False,
+            )
+            for entry in self.approvals.decided_unrun()
+            if entry.decision is not None
+        )
+        if unrun:
+            inbox.enqueue_nowait(
+                self, TurnItem("approval", (), Source.of_plugin("approvals"), unrun)
+            )
 
     # ------------------------------------------------------------------ hooks and seams
 
@@ -362,6 +444,7 @@ class LoopActor:
         event = self.session.append(
             event_type, data, surface_op=surface_op, source_event_seqs=sources
         )
+        self.approvals.advance(event)
         chain = self.chain("session/event")
         if chain:
             run_notify("session/event", chain, self.agent, event)

@@ -8,8 +8,10 @@ from typing import Any, Protocol
 
 import trio
 
+from ...runtime.control.approvals import Forwarder
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.options import AgentOptions, Tool
+from ...runtime.log.approvals import ApprovalLedger
 from ...runtime.log.session import Session
 from ...runtime.log.tokens import TokenMeter
 from ...runtime.model.events import SessionEvent, SurfaceOp
@@ -69,6 +71,12 @@ class TurnContext(Protocol):
 
     session: Session
     agent: Agent
+    approvals: ApprovalLedger
+    """The calls that wait for a decision (or were decided and have no result yet)."""
+    held_contexts: list[ContextItem]
+    """Contexts of a parked tool batch, logged once its last call has a result."""
+    forwarders: dict[str, Forwarder]
+    """By delegating call id: how a decision on its subagent's calls reaches the subagent."""
 
     def append_event(
         self,

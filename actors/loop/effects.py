@@ -25,7 +25,7 @@ from ...runtime.model.hook_values import ToolCallInfo, ToolOutcome
 from ...runtime.model.messages import Source, Text
 from .context import LoopContext, StepContext
 from .inbox import enqueue_nowait
-from .tools import _checked_outcome, _tool_text, describe, error_outcome
+from .tools import _checked_outcome, describe, error_outcome, tool_text
 from .values import OpenTurn, TurnItem
 
 log = logging.getLogger("actorloop.loop")
@@ -134,7 +134,7 @@ async def _rerun(tool: Tool, info: ToolCallInfo, context: ToolContext) -> ToolOu
         output = await tool.execute(args, context)
     except Exception as exc:
         return error_outcome(info, ErrorCode.TOOL_FAILED, f"{type(exc).__name__}: {exc}")
-    content = _tool_text(output)
+    content = tool_text(output)
     if content is None:
         return error_outcome(
             info, ErrorCode.INVALID_TOOL_OUTPUT, f"The tool returned {describe(output)}."
@@ -145,7 +145,7 @@ async def _rerun(tool: Tool, info: ToolCallInfo, context: ToolContext) -> ToolOu
 def _record(ctx: StepContext, doubt: InDoubtCall, outcome: ToolOutcome) -> None:
     """The outcome as the call's result: a `tool/result` replacing the closer's node."""
     closer = doubt.result.seq
-    if _tool_text(outcome.content) is None:
+    if tool_text(outcome.content) is None:
         raise HookError("a reconciled outcome's content must be a tuple of Text with str text")
     ctx.append(
         "tool/result",

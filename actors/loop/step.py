@@ -246,6 +246,9 @@ async def _answer(
         await run_tools(ctx, turn, step)
 
     await end_step(ctx, turn)
+    if step.parked:
+        # The turn ends here and holds no task: the log alone keeps what waits.
+        return EndTurn(TurnEndReason("awaiting_approval"))
     return await _transition(ctx, turn, step, paused=assembler.finish.kind == "pause")
 
 

@@ -12,6 +12,7 @@ import trio
 from attrs import evolve
 
 from ...codecs.jsonvalue import freeze_json
+from ...runtime.control.approvals import DeferredApprovals
 from ...runtime.control.handle import ToolContext
 from ...runtime.control.hooks import run_waterfall
 from ...runtime.control.options import Tool
@@ -20,6 +21,7 @@ from ...runtime.log.effects import effect_key
 from ...runtime.model.events import ToolCallEvent, ToolError, ToolResultEvent
 from ...runtime.model.hook_values import ContextItem, Deny, ToolCallInfo, ToolOutcome
 from ...runtime.model.messages import Text, ToolCall
+from .approvals import needs_approval, park_deferred, request_approval
 from .context import TurnContext
 from .values import OpenStep, OpenTurn
 
@@ -38,7 +40,7 @@ def error_outcome(info: ToolCallInfo, code: ErrorCode, message: str) -> ToolOutc
     )
 
 
-def _tool_text(output: object) -> tuple[Text, ...] | None:
+def tool_text(output: object) -> tuple[Text, ...] | None:
     """A tool's output as result blocks (a str, or a tuple of Text with str text whose
     values the log can hold), or None when it is anything else."""
     if isinstance(output, str):
@@ -74,7 +76,7 @@ def _checked_outcome(outcome: object, info: ToolCallInfo, hook: str) -> ToolOutc
     if not isinstance(outcome, ToolOutcome):
         raise HookError(f"{hook} must return a ToolOutcome, got {describe(outcome)}")
     _same_call(info, outcome.call_id, outcome.name, hook)
-    if _tool_text(outcome.content) is None:
+    if tool_text(outcome.content) is None:
         raise HookError(f"{hook} returned content that is not a tuple of Text with str text")
     return outcome
 
@@ -107,10 +109,14 @@ class _ResultsInOrder:
         self._next = 0
         self._ready: dict[int, ToolOutcome] = {}
 
-    def ready(self, index: int, outcome: ToolOutcome) -> None:
-        self._ready[index] = outcome
+    def ready(self, index: int, outcome: ToolOutcome | None) -> None:
+        """`outcome` for the call at `index` (None: the call is parked, it has none yet)."""
+        self._ready[index] = outcome  # type: ignore[assignment]
         while self._next in self._ready:
             outcome = self._ready.pop(self._next)
+            if outcome is None:
+                self._next += 1
+                continue
             log_result(self._ctx, self._step, outcome)
             assert self._turn.tool_batch is not None
             self._turn.tool_batch.extend(
@@ -130,7 +136,7 @@ async def run_tools(ctx: TurnContext, turn: OpenTurn, step: OpenStep) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()  # an observer may have cancelled
         if len(group) == 1:
             index, call = group[0]
-            info = await _start_call(ctx, step, results, index, call)
+            info = await _start_call(ctx, turn, step, results, index, call)
             if info is not None:
                 await _finish_call(ctx, turn, step, results, index, info, None)
             continue
@@ -140,7 +146,7 @@ async def run_tools(ctx: TurnContext, turn: OpenTurn, step: OpenStep) -> None:
                 for index, call in group:
                     await slots.acquire()
                     try:
-                        info = await _start_call(ctx, step, results, index, call)
+                        info = await _start_call(ctx, turn, step, results, index, call)
                     except BaseException:
                         slots.release()
                         raise
@@ -156,15 +162,42 @@ async def run_tools(ctx: TurnContext, turn: OpenTurn, step: OpenStep) -> None:
             raise error from group_error
     # On a cancel or error the batch stays open: the cleanup writes the missing results
     # first, then these contexts.
-    flush_tool_batch(ctx, turn)
+    if step.parked:
+        # Parked calls have no result yet: the contexts wait for the last one's.
+        ctx.held_contexts.extend(turn.tool_batch or ())
+        turn.tool_batch = None
+    else:
+        flush_tool_batch(ctx, turn)
 
 
 async def _start_call(
-    ctx: TurnContext, step: OpenStep, results: _ResultsInOrder, index: int, call: ToolCall
+    ctx: TurnContext,
+    turn: OpenTurn,
+    step: OpenStep,
+    results: _ResultsInOrder,
+    index: int,
+    call: ToolCall,
 ) -> ToolCallInfo | None:
     """Start one call in model order: `tools/pre-execute`, then its `tool/call` and a
-    barrier (the call is durable before its side effects). None when it was denied."""
+    barrier (the call is durable before its side effects). None when it was denied,
+    rejected or parked for a decision."""
     info = ToolCallInfo(step.turn, step.number, call.id, call.name, call.arguments)
+    decided = step.decided.get(call.id)
+    if decided is None and needs_approval(ctx, turn, step.tools.get(call.name), info):
+        decided = await request_approval(ctx, step, info)
+        if decided is None:
+            results.ready(index, None)
+            return None
+    if decided is not None and decided.decision == "reject":
+        log_call(ctx, step, info)
+        rejected = error_outcome(
+            info, ErrorCode.APPROVAL_REJECTED, f"Tool call rejected: {decided.reason}"
+        )
+        step.finished[info.call_id] = rejected
+        results.ready(index, rejected)
+        return None
+    if decided is not None and decided.arguments is not None:
+        info = evolve(info, arguments=decided.arguments)
     decision = await ctx.seam("tools/pre-execute", info)
     if isinstance(decision, Deny):
         log_call(ctx, step, info)
@@ -192,13 +225,19 @@ async def _finish_call(
     """Run a started call (`tools/execute` around the tool, then `tools/post-execute`)
     and hand its outcome to `results`."""
     try:
-        outcome = await run_waterfall(
-            "tools/execute",
-            ctx.chain("tools/execute"),
-            ctx.agent,
-            info,
-            terminal=partial(_execute_logged, ctx, turn, step, info),
-        )
+        try:
+            outcome = await run_waterfall(
+                "tools/execute",
+                ctx.chain("tools/execute"),
+                ctx.agent,
+                info,
+                terminal=partial(_execute_logged, ctx, turn, step, info),
+            )
+        except DeferredApprovals as deferred:
+            # The tool's work waits for decisions in a subagent: the call parks on them.
+            park_deferred(ctx, step, info, deferred)
+            results.ready(index, None)
+            return
         await trio.lowlevel.checkpoint_if_cancelled()
         outcome = _checked_outcome(outcome, info, "tools/execute")
         # A listener's own outcome (a short-circuit) is this call's real result too.
@@ -286,9 +325,11 @@ async def _execute(
     step.started.add(info.call_id)
     try:
         output = await tool.execute(args, context)
+    except DeferredApprovals:
+        raise
     except Exception as exc:
         return failed(ErrorCode.TOOL_FAILED, f"{type(exc).__name__}: {exc}")
-    content = _tool_text(output)
+    content = tool_text(output)
     if content is None:
         return failed(
             ErrorCode.INVALID_TOOL_OUTPUT,

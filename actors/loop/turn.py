@@ -10,6 +10,7 @@ import math
 import trio
 
 from ...runtime.control.hooks import run_serial
+from ...runtime.errors import ApprovalsPending
 from ...runtime.log.usage import usage_of
 from ...runtime.model.events import (
     AssistantMessage,
@@ -30,6 +31,7 @@ from ...runtime.model.hook_values import (
 )
 from ...runtime.model.messages import Message
 from .context import LoopContext, StepContext, TurnContext
+from .decisions import resolve
 from .effects import reconcile_turn
 from .inbox import enqueue_nowait, finish_item, inbox_event
 from .step import assemble, close_step, run_step, session_prefix
@@ -132,6 +134,7 @@ def _result_of(ctx: TurnContext, turn: OpenTurn, reason: TurnEndReason) -> TurnR
         usage_of(events).total,
         turn.steps,
         reason.code,
+        pending=ctx.approvals.pending() if reason.kind == "awaiting_approval" else (),
     )
 
 
@@ -145,7 +148,19 @@ async def _turn_body(ctx: StepContext, turn: OpenTurn) -> TurnEndReason:
         return TurnEndReason("completed")
     if item.kind == "reconciliation":
         return await reconcile_turn(ctx, turn)
-    await _submit_prompt(ctx, item, turn.number)
+    if item.kind == "approval" or item.meta:
+        # The decisions first (an approval item's, or a send's rejections of what waits).
+        turn.called_tools = True
+        parked = await resolve(ctx, turn, item.meta)
+        if parked is not None:
+            return parked
+    elif ctx.approvals.blocking:
+        raise ApprovalsPending(
+            f"session {ctx.session.id!r} parked calls for a decision before this message "
+            "ran: approve or reject them, or send with reject_pending=True"
+        )
+    if item.kind == "message":
+        await _submit_prompt(ctx, item, turn.number)
     while True:
         turn.steps += 1
         outcome = await run_step(ctx, turn, turn.steps)

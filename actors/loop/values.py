@@ -11,12 +11,13 @@ import trio
 from attrs import define, field, frozen
 
 from ...runtime.control.options import AgentOptions, Tool
+from ...runtime.model.approvals import ApprovalDecision
 from ...runtime.model.events import SessionEvent, TurnEndReason
 from ...runtime.model.hook_values import ContextItem, ToolOutcome, TurnResult
 from ...runtime.model.messages import Content, Source, ToolCall
 
 Persist = Callable[[str, Sequence[SessionEvent]], Awaitable[None]]
-ItemKind = Literal["message", "injection", "compaction", "reconciliation"]
+ItemKind = Literal["message", "injection", "compaction", "reconciliation", "approval"]
 SessionStartKind = Literal["startup", "resume", "fork"]
 
 CALLER_CANCELLED = "caller cancelled"
@@ -75,6 +76,10 @@ class OpenStep:
     """Real outcomes of calls that ran to the end or were denied (a cancel still logs
     these)."""
     post_step_done: bool = False
+    decided: dict[str, ApprovalDecision] = field(factory=dict)
+    """The decisions of calls this step runs or rejects without asking again."""
+    parked: list[str] = field(factory=list)
+    """The calls of this step that wait for a decision (no result until then)."""
 
 
 @define
@@ -126,3 +131,17 @@ class TurnRejected(Exception):
 
     def __init__(self, reason: TurnEndReason) -> None:
         self.reason = reason
+
+
+@frozen
+class QueuedDecision:
+    """A decision on its way to the log (the meta of an `approval` item, or the rejections
+    a `send(reject_pending=True)` records first). `record` is False for a decision already
+    logged whose call a crash left without a result (the resumed run)."""
+
+    call_id: str
+    decision: Literal["approve", "reject"]
+    arguments: str | None = None
+    reason: str | None = None
+    meta: Any = None
+    record: bool = True

@@ -10,9 +10,11 @@ from attrs import frozen
 
 from ..log.session import Session
 from ..log.usage import UsageTotals
+from ..model.approvals import DecisionKind, PendingApproval
 from ..model.events import SessionEvent
 from ..model.hook_values import TurnResult
 from ..model.messages import USER, Block, Content, Source, as_content
+from .approvals import decision_arguments
 from .hooks import HookRegistry, Listener, Unsubscribe
 from .options import AgentOptions
 
@@ -35,7 +37,21 @@ class LoopHandle(Protocol):
     options: AgentOptions
     current_tools: tuple[ToolSchema, ...]
 
-    async def send(self, content: Content, source: Source) -> TurnResult: ...
+    async def send(
+        self, content: Content, source: Source, reject_pending: bool = False
+    ) -> TurnResult: ...
+
+    def pending_approvals(self) -> tuple[PendingApproval, ...]: ...
+
+    async def decide(
+        self,
+        call_id: str,
+        kind: DecisionKind,
+        arguments: str | None,
+        reason: str | None,
+        meta: Mapping[str, Any] | None,
+        source: Source,
+    ) -> TurnResult: ...
 
     def steer(self, content: Content, source: Source) -> None: ...
 
@@ -117,16 +133,63 @@ class Agent:
         return self.hooks.on(name, listener)
 
     async def send(
-        self, content: str | Content | list[Block], *, source: SourceSpec = None
+        self,
+        content: str | Content | list[Block],
+        *,
+        source: SourceSpec = None,
+        reject_pending: bool = False,
     ) -> TurnResult:
         """Queue one turn with `content` as its user message and wait until it ends.
 
         Waits while the inbox is full (backpressure). Returns the `TurnResult`; a message
         dropped before its turn starts (by `cancel()` or `dispose()`) returns
         `TurnResult(turn=None, reason="discarded")` — it never hangs. Raises `AgentClosed`
-        once the agent is disposed or failed.
+        once the agent is disposed or failed, and `ApprovalsPending` while calls wait for
+        a decision — unless `reject_pending`: then each is rejected first.
         """
-        return await self._loop.send(as_content(content), as_source(source, USER))
+        return await self._loop.send(as_content(content), as_source(source, USER), reject_pending)
+
+    def pending_approvals(self) -> tuple[PendingApproval, ...]:
+        """The calls waiting for a decision, in the order the model asked for them (rebuilt
+        from the log: the same after `rt.resume` in another process)."""
+        return self._loop.pending_approvals()
+
+    async def approve(
+        self,
+        call_id: str,
+        arguments: str | Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        source: SourceSpec = None,
+    ) -> TurnResult:
+        """Approve the waiting call `call_id` (with edited `arguments`, if given): the one
+        decision is logged (`meta`: who and why), the call runs, and the turn goes on;
+        returns that continuation's `TurnResult` (it may wait for approvals again).
+        Raises `ApprovalAlreadyDecided` for a decided call, `ApprovalNotFound` for an
+        unknown one."""
+        return await self._loop.decide(
+            call_id,
+            "approve",
+            decision_arguments(arguments),
+            None,
+            meta,
+            as_source(source, USER),
+        )
+
+    async def reject(
+        self,
+        call_id: str,
+        reason: str = "no",
+        *,
+        meta: Mapping[str, Any] | None = None,
+        source: SourceSpec = None,
+    ) -> TurnResult:
+        """Reject the waiting call `call_id`: the decision is logged and the rejection is
+        the call's result (an `APPROVAL_REJECTED` error the model sees); then the turn goes
+        on, as with `approve`."""
+        return await self._loop.decide(
+            call_id, "reject", None, reason, meta, as_source(source, USER)
+        )
 
     def steer(self, content: str | Content | list[Block], *, source: SourceSpec = None) -> None:
         """Redirect the running turn: `content` becomes a `steering/message` at the start of

@@ -64,6 +64,7 @@ HOOK_KINDS: dict[str, HookKind] = {
     "agent/request": "waterfall",
     "agent/request-error": "waterfall",
     "tools/pre-execute": "waterfall",
+    "tools/approval": "waterfall",
     "tools/post-execute": "waterfall",
     "agent/turn-continuation": "waterfall",
     "tools/assemble": "waterfall",

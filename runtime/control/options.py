@@ -33,6 +33,8 @@ ToolExecute: TypeAlias = Callable[[dict[str, Any], Any], Awaitable[ToolOutput]]
 # `async def reconcile(call: ToolCallInfo, ctx: ToolContext) -> ToolOutcome | None`
 # (docs/effects.md); typed loosely for the same reason as `ToolExecute`.
 ToolReconciler: TypeAlias = Callable[[Any, Any], Awaitable[Any]]
+ApprovalRule: TypeAlias = Callable[[dict[str, Any], Any], bool]
+"""`needs_approval` as a predicate: `(arguments, ctx) -> bool`."""
 
 
 @frozen
@@ -59,6 +61,9 @@ class Tool:
     """`async (call: ToolCallInfo, ctx: ToolContext) -> ToolOutcome | None`: the real
     outcome of a call left in doubt by a crash (None: it never ran), asked when its
     session is next loaded; the log records the answer as the call's result."""
+    needs_approval: bool | ApprovalRule = field(default=False, kw_only=True, eq=False)
+    """Whether a call waits for a human decision (docs/approvals.md): True, or a predicate
+    `(arguments, ctx) -> bool` over the call's validated arguments and its ToolContext."""
     validator: ArgumentsValidator = field(init=False, eq=False, repr=False)
     schema: ToolSchema = field(init=False, eq=False, repr=False)
     """What the request header records of this tool (name, description, parameters); one

@@ -8,10 +8,12 @@ import hashlib
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from ..control.approvals import DeferredApprovals
 from ..control.handle import ToolContext
 from ..control.options import AgentOptions, Tool
 from ..errors import AgentClosed, SubagentError
@@ -101,17 +103,55 @@ def subagent_tool(
         if background:
             runtime.run_owned(parent, _answer_later(parent, child, task, ctx.call_id, keep_child))
             return f"Subagent {child.id} started; its answer will arrive as a context message."
-        try:
-            result = await run_child_turn(child, task)
-            if result.reason != "completed":
-                raise SubagentError(f"subagent {child.id} ended its turn {result.reason}")
-            return last_answer(child)
-        finally:
-            if not keep_child:
-                with trio.CancelScope(shield=True):
-                    await child.dispose()
+        return await _awaited(child, partial(run_child_turn, child, task), keep_child)
 
     return Tool(name, description, TASK_PARAMETERS, execute)
+
+
+async def _awaited(
+    child: Agent, turn: Callable[[], Awaitable[TurnResult]], keep_child: bool
+) -> str:
+    """The answer of the child's turn. A turn that waits for approvals keeps the child
+    and raises DeferredApprovals: the parent's call parks on them, and a decision taken
+    through the parent continues the child's turn here (`forward`)."""
+    parked = False
+    try:
+        result = await turn()
+        if result.reason == "awaiting_approval":
+            parked = True
+            raise DeferredApprovals(result.pending, partial(_forward, child, keep_child))
+        if result.reason != "completed":
+            raise SubagentError(f"subagent {child.id} ended its turn {result.reason}")
+        return last_answer(child)
+    finally:
+        if not keep_child and not parked:
+            with trio.CancelScope(shield=True):
+                await child.dispose()
+
+
+async def _forward(
+    child: Agent,
+    keep_child: bool,
+    call_id: str,
+    decision: str,
+    arguments: str | None,
+    reason: str | None,
+    meta: Any,
+) -> str:
+    """A decision taken through the parent, made in the child; the answer once it has one."""
+
+    async def decide() -> TurnResult:
+        try:
+            if decision == "approve":
+                return await child.approve(call_id, arguments, meta=meta)
+            return await child.reject(call_id, reason or "rejected", meta=meta)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                child.cancel("parent turn cancelled")
+                await child.wait_idle()
+            raise
+
+    return await _awaited(child, decide, keep_child)
 
 
 def _answer_later(

@@ -10,6 +10,7 @@ from attrs import frozen
 
 from ...codecs.converter import canonical_bytes
 from ..errors import ActorloopError, StreamProtocolError, VerificationFailed
+from ..model.approvals import ApprovalRequest
 from ..model.chunks import ChunkAssembler
 from ..model.events import (
     AssistantChunk,
@@ -107,6 +108,9 @@ class _StepCalls:
     def __init__(self) -> None:
         self.requested: dict[str, str] = {}
         self.answered: set[str] = set()
+        self.parked: dict[str, str] = {}
+        """Calls with an `approval/request` and no result yet: they may be answered in a
+        later step (after their decision), and a step may end without their result."""
 
     def check(self, event: SessionEvent) -> None:
         data = event.data
@@ -117,8 +121,13 @@ class _StepCalls:
             for block in data.content:
                 if isinstance(block, ToolCall):
                     self.requested[block.id] = block.name
+        elif isinstance(data, ApprovalRequest):
+            if data.via_call is not None and data.via_tool is not None:
+                self.parked[data.via_call] = data.via_tool  # the delegation waits
+            else:
+                self.parked[data.call_id] = data.tool
         elif isinstance(data, ToolCallEvent):
-            name = self.requested.get(data.call_id)
+            name = self.requested.get(data.call_id) or self.parked.get(data.call_id)
             if name is None:
                 raise VerificationFailed(
                     event.seq,
@@ -133,8 +142,9 @@ class _StepCalls:
                 )
         elif isinstance(data, ToolResultEvent) and not isinstance(event.surface_op, Replace):
             self.answered.add(data.call_id)
+            self.parked.pop(data.call_id, None)
         elif isinstance(data, StepEnd):
-            missing = sorted(self.requested.keys() - self.answered)
+            missing = sorted(self.requested.keys() - self.answered - self.parked.keys())
             if missing:
                 raise VerificationFailed(
                     event.seq,

@@ -7,6 +7,7 @@ from typing import Literal, TypeAlias
 from attrs import field, frozen
 
 from ...codecs.jsonvalue import FrozenDict, freeze_object
+from .approvals import ApprovalDecision, ApprovalRequest
 from .chunks import ErrorInfo, StreamChunk, TokenUsage
 from .header import EpochHeader, HeaderDelta
 from .messages import Content, Source, Text
@@ -37,8 +38,9 @@ TurnEndKind: TypeAlias = Literal[
     "aborted",
     "disposed",
     "interrupted",
+    "awaiting_approval",
 ]
-TriggerKind: TypeAlias = Literal["message", "injection", "compaction", "reconciliation"]
+TriggerKind: TypeAlias = Literal["message", "injection", "compaction", "reconciliation", "approval"]
 HeaderReason: TypeAlias = Literal["initial", "resume", "fallback"]
 
 
@@ -241,6 +243,8 @@ EventData: TypeAlias = (
     | CompactionEnd
     | CompactionPrune
     | ToolReconcile
+    | ApprovalRequest
+    | ApprovalDecision
     | IgnorableData
 )
 
@@ -264,6 +268,8 @@ DATA_BY_TYPE: dict[str, type] = {
     "compaction/end": CompactionEnd,
     "compaction/prune": CompactionPrune,
     "tool/reconcile": ToolReconcile,
+    "approval/request": ApprovalRequest,
+    "approval/decision": ApprovalDecision,
 }
 TYPE_BY_DATA: dict[type, str] = {cls: name for name, cls in DATA_BY_TYPE.items()}
 

@@ -8,6 +8,7 @@ from attrs import field, frozen
 
 from ...codecs.jsonvalue import FrozenDict
 from ..errors import TurnFailed
+from .approvals import PendingApproval
 from .chunks import ErrorInfo, TokenUsage
 from .events import ToolError
 from .messages import Content, Message, Source, Text
@@ -94,7 +95,7 @@ class InboxEvent:
     are in the inbox after the change."""
 
     kind: InboxEventKind
-    item: Literal["message", "injection", "compaction", "reconciliation"]
+    item: Literal["message", "injection", "compaction", "reconciliation", "approval"]
     source: Source
     queued: int
 
@@ -165,6 +166,7 @@ TurnResultReason: TypeAlias = Literal[
     "aborted",
     "disposed",
     "discarded",
+    "awaiting_approval",
 ]
 
 
@@ -185,6 +187,8 @@ class TurnResult:
     usage: TokenUsage = field(factory=TokenUsage)
     steps: int = 0
     code: str | None = None
+    pending: tuple[PendingApproval, ...] = ()
+    """The calls waiting for a decision when the turn ended `awaiting_approval`."""
 
     @property
     def text(self) -> str:

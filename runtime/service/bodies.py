@@ -16,6 +16,7 @@ from jsonschema.exceptions import best_match
 from ...codecs.jsonvalue import MAX_SAFE_INT
 from ..errors import ErrorCode
 from ..model.messages import Content
+from .approval_shapes import DECIDE_SCHEMA, Decide
 from .errors import InvalidRequestBody
 from .schemas import (
     CONTENT_SCHEMA,
@@ -90,6 +91,7 @@ class SendMessage:
     wait: bool = True
     idempotency_key: str | None = None
     if_busy: IfBusy = "reject"
+    reject_pending: bool = False
 
 
 SEND_MESSAGE_SCHEMA = object_schema(
@@ -101,6 +103,11 @@ SEND_MESSAGE_SCHEMA = object_schema(
             "enum": ["reject", "queue"],
             "description": "A session with a turn running or queued: 409 SESSION_BUSY "
             "(reject, the default) or wait behind it (queue).",
+        },
+        "reject_pending": {
+            "type": "boolean",
+            "description": "Calls waiting for a decision: reject them first (else 409 "
+            "APPROVALS_PENDING).",
         },
     },
     ("content",),
@@ -200,6 +207,7 @@ BODIES: dict[type, BodySchema] = {
         (Cancel, CANCEL_SCHEMA),
         (Fork, FORK_SCHEMA),
         (Resume, RESUME_SCHEMA),
+        (Decide, DECIDE_SCHEMA),
     )
 }
 

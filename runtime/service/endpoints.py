@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
+from .approval_shapes import Decide
 from .bodies import Cancel, CreateSession, Fork, Inject, Resume, SendMessage, Steer
 
 
@@ -38,6 +39,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", "/v1/sessions/{id}/cancel", "cancel", "cancel", body=Cancel),
     Endpoint("POST", "/v1/sessions/{id}/fork", "fork", "fork", body=Fork),
     Endpoint("POST", "/v1/sessions/{id}/resume", "resume", "resume", body=Resume),
+    Endpoint("GET", "/v1/sessions/{id}/approvals", "approvals", "listApprovals"),
+    Endpoint(
+        "POST", "/v1/sessions/{id}/approvals/{call_id}", "decide", "decideApproval", body=Decide
+    ),
     Endpoint("GET", "/v1/sessions/{id}/events", "events", "streamEvents", ("after", "follow")),
     Endpoint("POST", "/v1/sessions/{id}/chat", "chat", "chat"),
     Endpoint("GET", "/v1/sessions/{id}/chat", "chat_messages", "getChatMessages"),

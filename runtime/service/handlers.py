@@ -20,6 +20,8 @@ from ..errors import ErrorCode
 from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
 from ..model.messages import Content, Text
+from .approval_shapes import Decide
+from .approvals import decide, pending_list
 from .bodies import Cancel, CreateSession, Fork, Inject, Resume, SendMessage, Steer, parse_body
 from .drain import Drain
 from .durable_keys import ReplayFlag, StoredResponse
@@ -321,6 +323,25 @@ class Handlers:
             return json_response(await self.service.resume(request.path_params["id"], body))
 
         return await self._keyed(request, "resume", produce)
+
+    async def approvals(self, request: Request) -> Response:
+        """The calls waiting for a decision."""
+        return json_response(await pending_list(self.service, request.path_params["id"]))
+
+    async def decide(self, request: Request) -> Response:
+        """Approve or reject one waiting call; the continuation's outcome. Under an
+        `Idempotency-Key` the first response of that key, kept by the store."""
+        call_id = request.path_params["call_id"]
+
+        async def produce() -> Response:
+            body = parse_body(await request.body(), Decide)
+            work = partial(decide, self.service, request.path_params["id"], call_id, body)
+            outcome = await _unless_disconnected(request, work)
+            if outcome is None:
+                return NO_ANSWER
+            return json_response(outcome, 200)
+
+        return await self._keyed(request, f"decide:{call_id}", produce)
 
     async def events(self, request: Request) -> Response:
         """The session's events as Server-Sent Events."""

@@ -11,6 +11,7 @@ from typing import Any
 from attrs import frozen
 
 from . import schemas as s
+from .approval_shapes import APPROVAL_LIST_SCHEMA
 from .bodies import BODIES
 from .endpoints import ENDPOINTS
 
@@ -22,11 +23,13 @@ ERROR_RESPONSES = {
     401: "Missing or wrong bearer token (UNAUTHORIZED).",
     403: "A state-changing request from another site: an `Origin` that is not this server's "
     "or a cross-site `Sec-Fetch-Site` (FORBIDDEN_ORIGIN).",
-    404: "No such session (SESSION_NOT_FOUND), event (EVENT_NOT_FOUND) or route (NOT_FOUND).",
+    404: "No such session (SESSION_NOT_FOUND), event (EVENT_NOT_FOUND), waiting call "
+    "(APPROVAL_NOT_FOUND) or route (NOT_FOUND).",
     405: "The route does not take this method (METHOD_NOT_ALLOWED).",
     409: "The session is busy (SESSION_BUSY), exists already (SESSION_ALREADY_EXISTS), has "
-    "an open turn (OPEN_TURN), is closed (AGENT_CLOSED), cannot be read (SESSION_DAMAGED) "
-    "or does not rebuild its request (REQUEST_DIGEST_MISMATCH).",
+    "an open turn (OPEN_TURN), is closed (AGENT_CLOSED), cannot be read (SESSION_DAMAGED), "
+    "does not rebuild its request (REQUEST_DIGEST_MISMATCH), has calls waiting for a "
+    "decision (APPROVALS_PENDING) or the call was decided (APPROVAL_ALREADY_DECIDED).",
     408: "The body did not arrive within the server's body timeout (BODY_READ_TIMEOUT).",
     413: "The body is larger than the server's limit (BODY_TOO_LARGE), or the message in "
     "it longer than the per-message limit (MESSAGE_TOO_LARGE).",
@@ -187,6 +190,12 @@ CURSOR: JsonObject = {
     "schema": {"type": "string", "minLength": 1, "maxLength": 128},
     "description": "`next_cursor` of the previous page.",
 }
+CALL_ID: JsonObject = {
+    "name": "call_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1},
+}
 SEQ: JsonObject = {
     "name": "seq",
     "in": "path",
@@ -272,6 +281,20 @@ DOCS: dict[str, Doc] = {
         (409,),
         (IDEMPOTENCY_KEY,),
     ),
+    "listApprovals": Doc(
+        "The calls waiting for a decision (a turn that ended `awaiting_approval`).",
+        {200: _json(APPROVAL_LIST_SCHEMA, "The waiting calls, in the order asked.")},
+        (409,),
+        (),
+    ),
+    "decideApproval": Doc(
+        "Approve (optionally with edited arguments) or reject one waiting call: the one "
+        "decision is logged, the call runs (or gets the rejection as its result) and the "
+        "turn goes on; 200 with the continuation's outcome.",
+        {200: _json(s.TURN_OUTCOME_SCHEMA, "The continuation ended.")},
+        (404, 409),
+        (IDEMPOTENCY_KEY,),
+    ),
     "streamEvents": Doc(
         "The session's events as Server-Sent Events: `id: <seq>`, "
         "`event: <type>`, `data: <the event as the log's codec encodes it>`.",
@@ -345,6 +368,7 @@ DOCS: dict[str, Doc] = {
 PARAMETERS: dict[str, JsonObject] = {
     "id": ID_PARAMETER,
     "seq": SEQ,
+    "call_id": CALL_ID,
     "after": AFTER,
     "follow": FOLLOW,
     "limit": LIMIT,

@@ -34,7 +34,9 @@ log = logging.getLogger("actorloop.service")
 FORWARDED = "actorloop.forwarded"
 """ASGI scope extension marking a request taken from the inbox (never handed on again)."""
 
-_ROUTED = re.compile(r"^/v1/sessions/([^/]+)(?:/(messages|steer|inject|cancel|resume))?$")
+_ROUTED = re.compile(
+    r"^/v1/sessions/([^/]+)(?:/(messages|steer|inject|cancel|resume|approvals/[^/]+))?$"
+)
 """The routes that act on (or read the status of) a live agent; the rest read the durable
 log, which every instance can (events, requests, verify), or create a session (fork)."""
 _BARE_METHODS = ("GET", "DELETE")

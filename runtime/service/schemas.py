@@ -166,6 +166,7 @@ TURN_REASONS = (
     "disposed",
     "interrupted",
     "discarded",
+    "awaiting_approval",
 )
 
 

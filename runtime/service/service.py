@@ -15,7 +15,14 @@ from attrs import evolve
 from ...codecs.converter import unstructure
 from ..control.handle import Agent
 from ..control.options import AgentOptions
-from ..errors import AgentBusy, SessionBusy, SessionExists, SessionNotFound, VerificationFailed
+from ..errors import (
+    AgentBusy,
+    ApprovalsPending,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    VerificationFailed,
+)
 from ..host.runtime import Runtime
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
@@ -380,6 +387,13 @@ class SessionService:
                 if not isinstance(begun, KeyEntry):
                     return begun  # the key's outcome: a replay
                 entry = begun
+            if agent.pending_approvals() and not request.reject_pending:
+                if entry is not None:
+                    await self.send_keys.forget(entry)
+                raise ApprovalsPending(
+                    f"session {session_id!r} has calls waiting for a decision: decide them "
+                    '(POST .../approvals/{call_id}) or send with "reject_pending": true'
+                )
             line = self._line(session_id)
             if request.if_busy == "reject" and (line.busy or agent.status == "running"):
                 if entry is not None:
@@ -390,9 +404,16 @@ class SessionService:
                 )
             ticket = line.enter()
             if request.wait:
-                return await self._run_turn(session_id, request.content, ticket, entry, started)
+                return await self._run_turn(
+                    session_id, request.content, ticket, entry, started, request.reject_pending
+                )
             self._nursery.start_soon(
-                self._run_in_background, session_id, request.content, ticket, entry
+                self._run_in_background,
+                session_id,
+                request.content,
+                ticket,
+                entry,
+                request.reject_pending,
             )
             return SessionState(session_id, "running")
 
@@ -403,6 +424,7 @@ class SessionService:
         ticket: Ticket,
         entry: KeyEntry[TurnOutcome] | None,
         started: Callable[[int], None] | None = None,
+        reject_pending: bool = False,
     ) -> TurnOutcome:
         line = self._line(session_id)
         try:
@@ -417,7 +439,7 @@ class SessionService:
                 if started is not None:
                     started(first_seq)
                 try:
-                    result = await agent.send(content)
+                    result = await agent.send(content, reject_pending=reject_pending)
                 except trio.Cancelled:
                     # The caller went away: its turn was ended (caller cancellation); the
                     # key remembers how, from the log.
@@ -444,9 +466,10 @@ class SessionService:
         content: Content,
         ticket: Ticket,
         entry: KeyEntry[TurnOutcome] | None,
+        reject_pending: bool = False,
     ) -> None:
         try:
-            await self._run_turn(session_id, content, ticket, entry)
+            await self._run_turn(session_id, content, ticket, entry, reject_pending=reject_pending)
         except Exception as exc:
             # Nobody awaits this send: what went wrong goes to the log (and the session's
             # events show whether a turn ran); one failed send never takes the service down.

@@ -50,6 +50,8 @@ FINISH_REASONS: Mapping[str, str] = {
     "completed": "stop",
     "max-tokens": "length",
     "max_steps": "other",
+    "awaiting_approval": "tool-calls",
+    "budget_exhausted": "other",
     "rejected": "content-filter",
     "error": "error",
     "aborted": "interrupted",

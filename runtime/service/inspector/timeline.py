@@ -12,6 +12,7 @@ from attrs import define, field, frozen
 
 from ...cli.render import arguments_text, reason_text, trigger_text
 from ...errors import ErrorCode
+from ...model.approvals import ApprovalDecision, ApprovalRequest
 from ...model.chunks import Finish, TokenUsage
 from ...model.events import (
     AssistantChunk,
@@ -41,7 +42,16 @@ from ...model.meta import SessionMeta
 
 MarkKind: TypeAlias = Literal["cancelled", "repaired", "error", "warning", "compacted"]
 NoteKind: TypeAlias = Literal[
-    "user", "context", "steering", "blocked", "header", "compaction", "prune", "ignored"
+    "user",
+    "context",
+    "steering",
+    "blocked",
+    "header",
+    "compaction",
+    "prune",
+    "ignored",
+    "approval",
+    "decision",
 ]
 
 CANCELLED_TOOL_CODES = frozenset({ErrorCode.TOOL_CANCELLED, ErrorCode.TOOL_ABORTED_BEFORE_DISPATCH})
@@ -62,7 +72,8 @@ class Mark:
 @frozen
 class Note:
     """A log entry that is not part of a step's calls: a prompt, context, steering, a
-    blocked prompt, a request-header event, compaction work, an event of an unknown type."""
+    blocked prompt, a request-header event, compaction work, an approval request or
+    decision, an event of an unknown type."""
 
     seq: int
     time: int
@@ -387,6 +398,26 @@ def _note(event: SessionEvent) -> Note | None:
             "prune",
             "tool result pruned",
             f"~{data.shadowed_token_count:,} tokens at seq {data.shadowed_seqs[0]}",
+        )
+    if isinstance(data, ApprovalRequest):
+        where = f" in {data.session_id}" if data.session_id else ""
+        return Note(
+            seq,
+            time,
+            "approval",
+            f"{data.tool} {data.call_id} waits for approval{where}",
+            preview(data.arguments),
+        )
+    if isinstance(data, ApprovalDecision):
+        verb = "approved" if data.decision == "approve" else "rejected"
+        who = (data.meta.get("by") or data.meta.get("via")) if data.meta else None
+        details = [f"by {who}" if isinstance(who, str) else ""]
+        if data.arguments is not None:
+            details.append(f"edited arguments {preview(data.arguments)}")
+        if data.reason:
+            details.append(data.reason)
+        return Note(
+            seq, time, "decision", f"{data.call_id} {verb}", " · ".join(d for d in details if d)
         )
     if isinstance(data, IgnorableData):
         return Note(seq, time, "ignored", event.type, "an event type this version does not know")

@@ -12,10 +12,12 @@ from attrs import evolve, frozen
 
 from ....codecs.jsonvalue import FrozenDict
 from ...errors import ActorloopError, SessionNotFound
+from ...log.approvals import ApprovalLedger
 from ...log.cache_health import RequestCache, cache_health
 from ...log.rebuild import RebuiltRequest, rebuild_request
 from ...log.session import Session
 from ...log.summary import SessionSummary, summarize
+from ...model.approvals import PendingApproval
 from ...model.events import AssistantMessage, SessionEvent
 from ...model.header import EpochHeader
 from ...model.meta import DamagedSession, SessionMeta
@@ -43,6 +45,8 @@ class SessionRow:
     problem: str | None
     live: str | None
     stats: RowStats | None = None
+    pending: int = 0
+    """How many tool calls wait for a decision (the badge beside the status)."""
 
     @property
     def status(self) -> str:
@@ -85,6 +89,8 @@ class SessionPage:
     timeline: Timeline
     forks: tuple[ForkPoint, ...]
     subagents: FrozenDict
+    pending: tuple[PendingApproval, ...] = ()
+    """The tool calls waiting for a decision (a turn that ended `awaiting_approval`)."""
 
     def forks_in(self, start_seq: int, end_seq: int | None) -> tuple[ForkPoint, ...]:
         """The forks taken at a seq from `start_seq` to `end_seq` (open: to the end)."""
@@ -164,6 +170,7 @@ async def _loaded(service: SessionService, row: SessionRow) -> SessionRow | None
         summary=summarize(meta, events),
         stats=row_stats(events, meta.seed_length or 0),
         live=_live(service, row.id),
+        pending=len(ApprovalLedger.of_events(meta.id, events).pending()),
     )
 
 
@@ -291,6 +298,7 @@ def _page(
         timeline=build_timeline(session.meta, events),
         forks=tuple(forks),
         subagents=FrozenDict(subagents),
+        pending=ApprovalLedger.of_events(session_id, events).pending(),
     )
 
 
