@@ -9,22 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 import pytest
 import trio
+from browser_kit import CHROMIUM, FLAGS
 from serve_kit import HeldModel, app_config_for, running_server
 
-CHROMIUM = Path(os.environ.get("ACTORLOOP_CHROMIUM", "/usr/bin/chromium"))
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 REBOUND = "rebound.example"
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):
