@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import trio
 
+from ...runtime.control.accounts import Account
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.hooks import (
     HookRegistry,
@@ -54,7 +55,9 @@ class LoopActor:
         "_owned",
         "_persist",
         "_persisted",
+        "account",
         "agent",
+        "budget_hold",
         "closed",
         "compactor",
         "configured_tools",
@@ -134,6 +137,9 @@ class LoopActor:
         self._owned: set[trio.CancelScope] | None = None
         """Background work owned with `own()`; created on first use."""
         self._meter: TokenMeter | None = None
+        self.account: Account | None = None
+        """The budget account (runtime/host/budgets.py attaches it); None: no budget."""
+        self.budget_hold: Any = None
 
     # ------------------------------------------------------------------ public surface
 

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import trio
 
+from ...runtime.control.accounts import Account
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.options import AgentOptions, Tool
 from ...runtime.log.session import Session
@@ -69,6 +70,10 @@ class TurnContext(Protocol):
 
     session: Session
     agent: Agent
+    account: Account | None
+    """The budget account the agent's model calls are charged to (None: no budget)."""
+    budget_hold: Any
+    """The reservation of the model call in flight (actors/loop/budget.py), or None."""
 
     def append_event(
         self,

@@ -29,6 +29,7 @@ from ...runtime.model.hook_values import (
     TurnResult,
 )
 from ...runtime.model.messages import Message
+from .budget import settle_unanswered
 from .context import LoopContext, StepContext, TurnContext
 from .inbox import enqueue_nowait, finish_item, inbox_event
 from .step import assemble, close_step, run_step, session_prefix
@@ -172,6 +173,7 @@ async def _submit_prompt(ctx: TurnContext, item: TurnItem, turn: int) -> None:
 
 def _close_open_step(ctx: TurnContext, turn: OpenTurn) -> None:
     """After a cancel or error: results for every requested call, contexts, step/end."""
+    settle_unanswered(ctx)
     step = turn.step
     if step is None or ctx.session.open_step is None:
         turn.step = None

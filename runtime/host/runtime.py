@@ -42,6 +42,7 @@ from ..stores.base import Store
 from ..stores.ids import check_session_id
 from ..stores.loading import fork_point, gc_paused, load_session
 from ..stores.urls import open_store
+from .budgets import Budgets
 from .checked_provider import InvariantCheckedProvider
 from .telemetry import TelemetrySetting, Tracing, open_tracing
 
@@ -107,6 +108,8 @@ class Runtime:
         self.collector = collector if collector is not None else CollectorPolicy()
         self.hooks = HookRegistry()
         self._loops: dict[str, LoopActor] = {}
+        self.budgets = Budgets(store, self._loops)
+        """Budget accounts of the live agents (docs/budgets.md)."""
         self._leases: dict[str, Any] = {}
         self._default_provider = default_provider
         self._closing = False
@@ -286,6 +289,7 @@ class Runtime:
                 session = Session.from_loaded(session_id, events, meta)
                 options = options or _stored_options(session)
             provider = self.provider_for(options)
+            await self.budgets.preload(session, options)
         except BaseException:
             lease.release()
             raise
@@ -432,6 +436,7 @@ class Runtime:
         )
         self._loops[session.id] = loop
         self._leases[session.id] = lease
+        self.budgets.attach(loop, options)
         mailbox = self._supervisor.spawn(
             f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
         )
@@ -449,6 +454,7 @@ class Runtime:
 
     def _loop_finished(self, loop: LoopActor) -> None:
         self.collector.after_finish()
+        self.budgets.detach(loop)
         if self._loops.get(loop.session.id) is loop:
             del self._loops[loop.session.id]
             lease = self._leases.pop(loop.session.id, None)

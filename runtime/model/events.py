@@ -7,6 +7,7 @@ from typing import Literal, TypeAlias
 from attrs import field, frozen
 
 from ...codecs.jsonvalue import FrozenDict, freeze_object
+from .budget import BudgetReserve, BudgetSettle
 from .chunks import ErrorInfo, StreamChunk, TokenUsage
 from .header import EpochHeader, HeaderDelta
 from .messages import Content, Source, Text
@@ -37,6 +38,7 @@ TurnEndKind: TypeAlias = Literal[
     "aborted",
     "disposed",
     "interrupted",
+    "budget_exhausted",
 ]
 TriggerKind: TypeAlias = Literal["message", "injection", "compaction"]
 HeaderReason: TypeAlias = Literal["initial", "resume", "fallback"]
@@ -224,6 +226,8 @@ EventData: TypeAlias = (
     | CompactionSummary
     | CompactionEnd
     | CompactionPrune
+    | BudgetReserve
+    | BudgetSettle
     | IgnorableData
 )
 
@@ -246,6 +250,8 @@ DATA_BY_TYPE: dict[str, type] = {
     "compaction/summary": CompactionSummary,
     "compaction/end": CompactionEnd,
     "compaction/prune": CompactionPrune,
+    "budget/reserve": BudgetReserve,
+    "budget/settle": BudgetSettle,
 }
 TYPE_BY_DATA: dict[type, str] = {cls: name for name, cls in DATA_BY_TYPE.items()}
 

@@ -165,6 +165,7 @@ TurnResultReason: TypeAlias = Literal[
     "aborted",
     "disposed",
     "discarded",
+    "budget_exhausted",
 ]
 
 

@@ -1,0 +1,118 @@
+"""Budget accounts: one per agent of a budgeted tree, each charged with its own calls and
+its subagents' (reserve, then settle), checked against every budget above it; an exhausted
+budget stops every agent drawing from it (docs/budgets.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from attrs import frozen
+
+from ..errors import PriceUnknown
+from ..model.budget import NO_SPEND, Budget, Spend
+
+Canceller = Callable[[str], None]
+"""Cancels one agent's running turn and background work, with a reason."""
+
+EXHAUSTED = "budget exhausted"
+"""The cancel reason of the agents an exhausted budget stops."""
+
+
+@frozen
+class Hold:
+    """One granted reservation: what it holds on every account of its chain."""
+
+    account: Account
+    amount: Spend
+
+
+class Account:
+    """The spend of one agent and its subagents (`spent`), what their calls in flight hold
+    (`reserved`), and the agent's own `budget` (None: only the budgets above apply)."""
+
+    __slots__ = ("budget", "cancel", "children", "exhausted", "parent", "reserved", "spent")
+
+    def __init__(
+        self,
+        budget: Budget | None,
+        parent: Account | None = None,
+        spent: Spend = NO_SPEND,
+        cancel: Canceller | None = None,
+    ) -> None:
+        self.budget = budget
+        self.parent = parent
+        self.spent = spent
+        """Settled spend of the subtree, reservations a crash left open included."""
+        self.reserved = NO_SPEND
+        self.cancel = cancel
+        self.children: list[Account] = []
+        self.exhausted: str | None = None
+        """Why this account's budget refused a reservation, once it has."""
+        if parent is not None:
+            parent.children.append(self)
+
+    def chain(self) -> Iterator[Account]:
+        """This account, then each one above it up to the root."""
+        account: Account | None = self
+        while account is not None:
+            yield account
+            account = account.parent
+
+    def subtree(self) -> Iterator[Account]:
+        """This account and every one below it."""
+        stack = [self]
+        while stack:
+            account = stack.pop()
+            yield account
+            stack.extend(account.children)
+
+    def reserve(self, amount: Spend) -> Hold | Account:
+        """Hold `amount` on every account of the chain, or the account whose budget it
+        would exceed (nothing held then). PriceUnknown if a dollar limit applies and
+        `amount` has no price."""
+        for account in self.chain():
+            if account.budget is not None and account._exceeded_by(amount):
+                return account
+        for account in self.chain():
+            account.reserved += amount
+        return Hold(self, amount)
+
+    def _exceeded_by(self, amount: Spend) -> bool:
+        budget = self.budget
+        assert budget is not None
+        if self.exhausted is not None:
+            return True
+        after = self.spent + self.reserved + amount
+        if budget.model_calls is not None and after.model_calls > budget.model_calls:
+            return self._refuse(f"model_calls={budget.model_calls}")
+        if budget.tokens is not None and after.tokens > budget.tokens:
+            return self._refuse(f"tokens={budget.tokens}")
+        if budget.usd is not None:
+            if amount.usd is None:
+                raise PriceUnknown(
+                    "a dollar budget is set but the model's price is unknown "
+                    "(not in genai-prices, or the `prices` extra is not installed)"
+                )
+            if after.usd is None or after.usd > budget.usd:
+                return self._refuse(f"usd={budget.usd}")
+        return False
+
+    def _refuse(self, limit: str) -> bool:
+        self.exhausted = f"the budget {limit} would be exceeded"
+        return True
+
+    def settle(self, hold: Hold, actual: Spend) -> None:
+        """Release `hold` and charge what the call really cost, up the chain."""
+        for account in hold.account.chain():
+            account.reserved -= hold.amount
+            account.spent += actual
+
+    def stop_subtree(self, reason: str, spare: Account | None = None) -> int:
+        """Cancel every agent drawing from this account's budget (but `spare`'s own
+        agent); how many were told."""
+        told = 0
+        for account in self.subtree():
+            if account is not spare and account.cancel is not None:
+                account.cancel(reason)
+                told += 1
+        return told

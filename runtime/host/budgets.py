@@ -1,0 +1,113 @@
+"""The runtime's side of budgets: the account each budgeted agent starts with (folded from
+its log and its subagents' on resume), subagents joined to their parent's account, and
+what the stored sessions of a tree spent (docs/budgets.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ...actors.loop.actor import LoopActor
+from ..control.accounts import Account, Canceller
+from ..control.options import AgentOptions
+from ..log.ledger import Ledger, session_ledger
+from ..log.session import Session
+from ..model.budget import NO_SPEND, Budget, Spend
+from ..model.meta import DamagedSession, SessionMeta
+from ..stores.base import Store
+from ..stores.loading import load_session
+
+PARENT_LABEL = "parent_agent"
+"""The label a subagent's session names its parent with (runtime/host/subagents.py)."""
+
+
+class Budgets:
+    """Attaches accounts to budgeted loops; one per runtime."""
+
+    def __init__(self, store: Store, loops: Mapping[str, LoopActor]) -> None:
+        self._store = store
+        self._loops = loops
+        self._resumed: dict[str, Spend] = {}
+
+    async def preload(self, session: Session, options: AgentOptions) -> None:
+        """Before a resumed budgeted loop starts: what its tree spent so far, from its own
+        log and the stored logs of its subagents (the ledger survives a crash)."""
+        if options.budget is None:
+            return
+        own = session_ledger(session.meta, session.events).calls
+        below = await tree_spend(self._store, session.id, include_root=False)
+        self._resumed[session.id] = own + below.calls
+
+    def attach(self, loop: LoopActor, options: AgentOptions) -> None:
+        """Give a starting loop its own root account if its options carry a budget."""
+        spent = self._resumed.pop(loop.session.id, NO_SPEND)
+        if options.budget is not None:
+            loop.account = Account(options.budget, None, spent, cancel=_canceller(loop))
+
+    def adopt(self, parent_id: str, child_id: str) -> None:
+        """Charge the live subagent `child_id` to its live parent's account: its own budget
+        is kept as a further limit on its subtree only if it differs from every budget
+        above it."""
+        parent, child = self._loops.get(parent_id), self._loops.get(child_id)
+        above = parent.account if parent is not None else None
+        if above is None or child is None:
+            return
+        own = child.options.budget
+        budget: Budget | None = own
+        if own is None or any(account.budget == own for account in above.chain()):
+            budget = None
+        spent = child.account.spent if child.account is not None else NO_SPEND
+        child.account = Account(budget, above, NO_SPEND, cancel=_canceller(child))
+        if spent != NO_SPEND:
+            for account in child.account.chain():
+                account.spent += spent
+
+    def detach(self, loop: LoopActor) -> None:
+        """A finished loop takes no more cancels (its account's spend stays in the tree)."""
+        if loop.account is not None:
+            loop.account.cancel = None
+
+
+def _canceller(loop: LoopActor) -> Canceller:
+    def cancel(reason: str) -> None:
+        if not loop.closed:
+            loop.cancel(reason, False)
+
+    return cancel
+
+
+def children_of(metas: Sequence[SessionMeta | DamagedSession]) -> Mapping[str, tuple[str, ...]]:
+    """Each session's subagent sessions (by their `parent_agent` label)."""
+    children: dict[str, list[str]] = {}
+    for meta in metas:
+        if isinstance(meta, SessionMeta):
+            parent = meta.labels.get(PARENT_LABEL)
+            if isinstance(parent, str):
+                children.setdefault(parent, []).append(meta.id)
+    return {parent: tuple(ids) for parent, ids in children.items()}
+
+
+def subtree_ids(
+    root: str, children: Mapping[str, tuple[str, ...]], *, include_root: bool = True
+) -> tuple[str, ...]:
+    """`root` (unless not `include_root`) and every subagent session below it."""
+    found: list[str] = [root] if include_root else []
+    stack = list(children.get(root, ()))
+    seen = {root}
+    while stack:
+        session_id = stack.pop()
+        if session_id in seen:
+            continue
+        seen.add(session_id)
+        found.append(session_id)
+        stack.extend(children.get(session_id, ()))
+    return tuple(found)
+
+
+async def tree_spend(store: Store, root: str, *, include_root: bool = True) -> Ledger:
+    """The summed ledger of the stored sessions of `root`'s subagent tree (read only)."""
+    ids = subtree_ids(root, children_of(await store.list()), include_root=include_root)
+    total = Ledger()
+    for session_id in ids:
+        session = await load_session(store, session_id, repair=False)
+        total += session_ledger(session.meta, session.events)
+    return total

@@ -1,0 +1,86 @@
+"""Budgets (docs/budgets.md): a reservation before each model call, settled by the recorded
+usage; an exhausted budget ends the turn `budget_exhausted` before any request leaves;
+the ledger is part of the log (verify and rebuild hold byte for byte)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import open_runtime
+
+from actorloop.runtime import AgentOptions
+from actorloop.runtime.errors import PriceUnknown
+from actorloop.runtime.log.ledger import ledger_of
+from actorloop.runtime.log.verify import verify_log
+from actorloop.runtime.model.budget import Budget, BudgetReserve, Spend
+from actorloop.runtime.model.chunks import TokenUsage
+from actorloop.runtime.model.events import TurnEnd
+from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
+
+USAGE = TokenUsage(input=100, output=20)
+
+
+def echo_tool() -> object:
+    from actorloop.runtime import Tool
+
+    async def run(args: dict[str, object], ctx: object) -> str:
+        return "done"
+
+    return Tool("echo", "echo", {"type": "object"}, run)
+
+
+async def test_model_calls_budget_ends_the_turn_before_the_request() -> None:
+    provider = ScriptedProvider([tool_call("echo", "{}")] * 5)
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(
+            AgentOptions(model="m", tools=(echo_tool(),), budget=Budget(model_calls=2))
+        )
+        result = await agent.send("go")
+        assert result.reason == "budget_exhausted"
+        assert result.code == "BUDGET_EXHAUSTED"
+        assert provider.calls == 2
+        events = agent.session.events
+        assert [e.type for e in events].count("budget/reserve") == 2
+        end = [e.data for e in events if isinstance(e.data, TurnEnd)][-1]
+        assert end.reason.kind == "budget_exhausted"
+        spent = agent.spent()
+        assert spent.model_calls == 2
+        assert spent == ledger_of(events).calls
+        # The ledger takes no part in the requests: the log verifies byte for byte.
+        report = verify_log(agent.session.meta, events)
+        assert report.requests_checked == 2
+        # Exhausted stays exhausted: the next turn sends nothing either.
+        again = await agent.send("more")
+        assert again.reason == "budget_exhausted"
+        assert provider.calls == 2
+
+
+async def test_tokens_budget_reserves_input_estimate_plus_max_output() -> None:
+    provider = ScriptedProvider([reply("a", USAGE), reply("b", USAGE), reply("c", USAGE)])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(
+            AgentOptions(model="m", max_tokens=100, budget=Budget(tokens=400))
+        )
+        assert (await agent.send("one")).reason == "completed"
+        reserve = next(e.data for e in agent.session.events if isinstance(e.data, BudgetReserve))
+        assert reserve.tokens > 100  # the input estimate plus max_tokens
+        assert agent.spent() == Spend(120, 1, None)  # "m" has no price: unknown, not zero
+        assert (await agent.send("two")).reason == "completed"
+        # 240 spent: a third call may cost more than the 160 left, so it is not made.
+        assert (await agent.send("three")).reason == "budget_exhausted"
+        assert provider.calls == 2
+
+
+async def test_a_dollar_budget_needs_a_price() -> None:
+    provider = ScriptedProvider([reply("a", USAGE)])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(AgentOptions(model="no-such-model", budget=Budget(usd=1.0)))
+        result = await agent.send("hi")
+        assert result.reason == "error"
+        assert result.code == "PRICE_UNKNOWN"
+        assert provider.calls == 0
+    assert issubclass(PriceUnknown, LookupError)
+
+
+def test_budget_refuses_negative_limits() -> None:
+    with pytest.raises(ValueError):
+        Budget(tokens=-1)
