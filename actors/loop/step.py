@@ -196,7 +196,10 @@ async def run_step(ctx: StepContext, turn: OpenTurn, number: int) -> StepOutcome
     digest = request_digest(header, ctx.prefix_chain, history_chain)
     refused = reserve_call(ctx, step, request, prefix)
     if refused is not None:
-        await end_step(ctx, turn)
+        # Shielded: the other agents the exhausted budget stops may cancel this one's
+        # ancestors, and through them this turn; its reason is decided already.
+        with trio.CancelScope(shield=True):
+            await end_step(ctx, turn)
         return EndTurn(refused)
     await ctx.barrier()
     return await _answer(ctx, turn, step, request, digest)

@@ -77,7 +77,7 @@ async def run_item(ctx: LoopContext, item: TurnItem) -> None:
     finally:
         # Retire the scope first: a cancel from here on does nothing to this turn.
         turn.retired = True
-        if scope.cancel_called or reason is None:
+        if reason is None or (scope.cancel_called and reason.kind != "budget_exhausted"):
             # Cancelled from outside the turn's own scope (the runtime's scope: shutdown)
             # is a disposal, even when a cancel of the turn itself came first.
             outer = trio.current_effective_deadline() == -math.inf

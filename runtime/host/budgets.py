@@ -69,8 +69,10 @@ class Budgets:
 
 def _canceller(loop: LoopActor) -> Canceller:
     def cancel(reason: str) -> None:
+        # The running turn only: queued work meets the exhausted budget at its first call,
+        # and background work is stopped where it runs (every agent of the tree is told).
         if not loop.closed:
-            loop.cancel(reason, False)
+            loop.cancel(reason, True)
 
     return cancel
 

@@ -29,7 +29,7 @@ def echo_tool() -> object:
 
 
 async def test_model_calls_budget_ends_the_turn_before_the_request() -> None:
-    provider = ScriptedProvider([tool_call("echo", "{}")] * 5)
+    provider = ScriptedProvider([tool_call("c1", "echo")] * 5)
     async with open_runtime(provider) as rt:
         agent = await rt.spawn(
             AgentOptions(model="m", tools=(echo_tool(),), budget=Budget(model_calls=2))
@@ -57,9 +57,7 @@ async def test_model_calls_budget_ends_the_turn_before_the_request() -> None:
 async def test_tokens_budget_reserves_input_estimate_plus_max_output() -> None:
     provider = ScriptedProvider([reply("a", USAGE), reply("b", USAGE), reply("c", USAGE)])
     async with open_runtime(provider) as rt:
-        agent = await rt.spawn(
-            AgentOptions(model="m", max_tokens=100, budget=Budget(tokens=400))
-        )
+        agent = await rt.spawn(AgentOptions(model="m", max_tokens=100, budget=Budget(tokens=400)))
         assert (await agent.send("one")).reason == "completed"
         reserve = next(e.data for e in agent.session.events if isinstance(e.data, BudgetReserve))
         assert reserve.tokens > 100  # the input estimate plus max_tokens
