@@ -4,20 +4,16 @@ what the stored sessions of a tree spent (docs/budgets.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from ...actors.loop.actor import LoopActor
 from ..control.accounts import Account, Canceller
 from ..control.options import AgentOptions
-from ..log.ledger import Ledger, session_ledger
+from ..log.ledger import session_ledger
 from ..log.session import Session
 from ..model.budget import NO_SPEND, Budget, Spend
-from ..model.meta import DamagedSession, SessionMeta
 from ..stores.base import Store
-from ..stores.loading import load_session
-
-PARENT_LABEL = "parent_agent"
-"""The label a subagent's session names its parent with (runtime/host/subagents.py)."""
+from ..stores.spend import tree_spend
 
 
 class Budgets:
@@ -75,41 +71,3 @@ def _canceller(loop: LoopActor) -> Canceller:
             loop.cancel(reason, True)
 
     return cancel
-
-
-def children_of(metas: Sequence[SessionMeta | DamagedSession]) -> Mapping[str, tuple[str, ...]]:
-    """Each session's subagent sessions (by their `parent_agent` label)."""
-    children: dict[str, list[str]] = {}
-    for meta in metas:
-        if isinstance(meta, SessionMeta):
-            parent = meta.labels.get(PARENT_LABEL)
-            if isinstance(parent, str):
-                children.setdefault(parent, []).append(meta.id)
-    return {parent: tuple(ids) for parent, ids in children.items()}
-
-
-def subtree_ids(
-    root: str, children: Mapping[str, tuple[str, ...]], *, include_root: bool = True
-) -> tuple[str, ...]:
-    """`root` (unless not `include_root`) and every subagent session below it."""
-    found: list[str] = [root] if include_root else []
-    stack = list(children.get(root, ()))
-    seen = {root}
-    while stack:
-        session_id = stack.pop()
-        if session_id in seen:
-            continue
-        seen.add(session_id)
-        found.append(session_id)
-        stack.extend(children.get(session_id, ()))
-    return tuple(found)
-
-
-async def tree_spend(store: Store, root: str, *, include_root: bool = True) -> Ledger:
-    """The summed ledger of the stored sessions of `root`'s subagent tree (read only)."""
-    ids = subtree_ids(root, children_of(await store.list()), include_root=include_root)
-    total = Ledger()
-    for session_id in ids:
-        session = await load_session(store, session_id, repair=False)
-        total += session_ledger(session.meta, session.events)
-    return total

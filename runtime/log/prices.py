@@ -4,6 +4,7 @@ a model it does not know, or no extra installed, prices as unknown (None), never
 from __future__ import annotations
 
 import functools
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -91,3 +92,18 @@ def max_call_usd(
     if uncached is None or written is None:
         return None
     return max(uncached, written)
+
+
+UNKNOWN_USD = "?"
+"""How a listing shows a price it does not know."""
+
+
+def format_usd(usd: float | None) -> str:
+    """Dollars for a listing: four significant digits below a cent (`$0.004455`), cents
+    and a tenth above (`$1.234`); `?` when unknown."""
+    if usd is None:
+        return UNKNOWN_USD
+    if usd == 0:
+        return "$0"
+    decimals = min(8, max(3, 3 - math.floor(math.log10(abs(usd)))))
+    return f"${usd:,.{decimals}f}"

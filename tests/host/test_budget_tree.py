@@ -14,13 +14,13 @@ import trio
 from helpers import open_runtime
 
 from actorloop.runtime import AgentOptions, Tool
-from actorloop.runtime.host.budgets import tree_spend
 from actorloop.runtime.host.subagents import subagent_tool
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.model.budget import Budget, BudgetSettle
 from actorloop.runtime.model.chunks import StreamChunk, TokenUsage, UsageReport
 from actorloop.runtime.model.events import AssistantMessage, SessionEvent, TurnEnd, TurnEndReason
 from actorloop.runtime.providers.base import ModelInfo
+from actorloop.runtime.stores.spend import tree_spend
 from actorloop.runtime.testing import reply, tool_call, tool_calls
 
 genai_prices = pytest.importorskip("genai_prices")
