@@ -166,6 +166,7 @@ TURN_REASONS = (
     "disposed",
     "interrupted",
     "discarded",
+    "budget_exhausted",
 )
 
 
@@ -272,6 +273,26 @@ USAGE_REPORT_SCHEMA = object_schema(
 
 
 @frozen
+class SpendReport:
+    """What model calls cost (docs/budgets.md): tokens (billed input plus output), calls,
+    and dollars by genai-prices (null when a price is unknown or the extra is missing)."""
+
+    tokens: int
+    model_calls: int
+    usd: float | None
+
+
+SPEND_SCHEMA = object_schema(
+    {
+        "tokens": {"type": "integer", "minimum": 0},
+        "model_calls": {"type": "integer", "minimum": 0},
+        "usd": nullable({"type": "number", "minimum": 0}),
+    },
+    ("tokens", "model_calls", "usd"),
+)
+
+
+@frozen
 class Lineage:
     """A fork child's parent and seed length (both null for a session that is no fork)."""
 
@@ -296,6 +317,10 @@ class SessionDetail:
     open_turn: int | None
     header: Any
     usage: UsageReport
+    spend: SpendReport
+    """The session's own model and summarizer calls."""
+    subtree_spend: SpendReport
+    """The session's and every stored subagent session's below it."""
 
 
 SESSION_DETAIL_SCHEMA = object_schema(
@@ -318,6 +343,8 @@ SESSION_DETAIL_SCHEMA = object_schema(
         "open_turn": nullable({"type": "integer"}),
         "header": nullable({"type": "object"}),
         "usage": USAGE_REPORT_SCHEMA,
+        "spend": SPEND_SCHEMA,
+        "subtree_spend": SPEND_SCHEMA,
     },
     (
         "id",
@@ -332,6 +359,8 @@ SESSION_DETAIL_SCHEMA = object_schema(
         "open_turn",
         "header",
         "usage",
+        "spend",
+        "subtree_spend",
     ),
 )
 
