@@ -18,8 +18,8 @@ from ..cli.workload import describe_structure_error as describe
 from ..control.hooks import Listener
 from ..control.options import AgentOptions, Tool
 from ..errors import McpConfigError
-from ..model.budget import Budget
 from ..mcp.specs import McpHttp, McpServer, McpStdio
+from ..model.budget import Budget
 from ..providers.base import Provider
 from .errors import ServeConfigError, UnknownProfile
 
