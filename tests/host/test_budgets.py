@@ -82,3 +82,48 @@ async def test_a_dollar_budget_needs_a_price() -> None:
 def test_budget_refuses_negative_limits() -> None:
     with pytest.raises(ValueError):
         Budget(tokens=-1)
+
+
+WITHOUT_PRICES = r"""
+import sys
+sys.modules["genai_prices"] = None  # as if the `prices` extra were not installed
+import trio
+from actorloop.runtime import AgentOptions, Runtime
+from actorloop.runtime.log.prices import PRICES_NOTE, prices_available, price_usage
+from actorloop.runtime.model.budget import Budget
+from actorloop.runtime.model.chunks import TokenUsage
+from actorloop.runtime.testing import ScriptedProvider, reply
+
+
+async def main():
+    assert not prices_available()
+    assert price_usage(TokenUsage(input=10, output=5), "gpt-4o-mini", "openai") is None
+    assert "prices" in PRICES_NOTE and "genai-prices" in PRICES_NOTE
+    provider = ScriptedProvider([reply("a"), reply("b")])
+    async with Runtime.open(provider=provider) as rt:
+        free = await rt.spawn(AgentOptions(model="gpt-4o-mini"))
+        await free.send("hi")
+        spent = free.spent()
+        assert spent.model_calls == 1 and spent.usd is None, spent  # unknown, never zero
+        tokens_only = await rt.spawn(AgentOptions(model="gpt-4o-mini", budget=Budget(tokens=10**6)))
+        assert (await tokens_only.send("hi")).reason == "completed"
+        dollars = await rt.spawn(AgentOptions(model="gpt-4o-mini", budget=Budget(usd=1.0)))
+        result = await dollars.send("hi")
+        assert (result.reason, result.code) == ("error", "PRICE_UNKNOWN"), result
+        assert provider.calls == 2
+    print("OK")
+
+
+trio.run(main)
+"""
+
+
+def test_without_the_prices_extra_dollars_are_unknown() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PRICES], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "OK"
