@@ -33,12 +33,13 @@ class OpenHold:
     seq: int
 
 
-def reserve_call(
+async def reserve_call(
     ctx: StepContext, step: OpenStep, request: Request, prefix: Sequence[Message]
 ) -> TurnEndReason | None:
     """Reserve this step's call on the agent's account (nothing without one) and log it;
-    the `budget_exhausted` reason when the account (or one above it) refuses, after every
-    other agent drawing from the refusing budget was told to stop."""
+    while only calls in flight keep it out, wait for them to settle. The `budget_exhausted`
+    reason when the account (or one above it) refuses for good, after every other agent
+    drawing from the refusing budget was told to stop."""
     account: Account | None = ctx.account
     if account is None:
         return None
@@ -47,12 +48,16 @@ def reserve_call(
     input_tokens = ctx.meter.total(request.system, request.tools, tuple(prefix))
     provider = ctx.provider.name
     usd = max_call_usd(input_tokens, output, config.model, provider)
-    granted = account.reserve(Spend(input_tokens + output, 1, usd))
-    if isinstance(granted, Account):
-        granted.stop_subtree(EXHAUSTED, spare=account)
-        return TurnEndReason(
-            "budget_exhausted", message=granted.exhausted, code=ErrorCode.BUDGET_EXHAUSTED
-        )
+    amount = Spend(input_tokens + output, 1, usd)
+    granted = account.reserve(amount)
+    while isinstance(granted, Account):
+        if not granted.waits_for(amount):
+            granted.stop_subtree(EXHAUSTED, spare=account)
+            return TurnEndReason(
+                "budget_exhausted", message=granted.exhausted, code=ErrorCode.BUDGET_EXHAUSTED
+            )
+        await granted.settled()
+        granted = account.reserve(amount)
     reserve = BudgetReserve(
         step.turn, step.number, provider, config.model, input_tokens + output, usd
     )

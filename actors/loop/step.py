@@ -194,7 +194,7 @@ async def run_step(ctx: StepContext, turn: OpenTurn, number: int) -> StepOutcome
         len(prefix),
     )
     digest = request_digest(header, ctx.prefix_chain, history_chain)
-    refused = reserve_call(ctx, step, request, prefix)
+    refused = await reserve_call(ctx, step, request, prefix)
     if refused is not None:
         # Shielded: the other agents the exhausted budget stops may cancel this one's
         # ancestors, and through them this turn; its reason is decided already.

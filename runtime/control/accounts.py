@@ -1,11 +1,13 @@
 """Budget accounts: one per agent of a budgeted tree, each charged with its own calls and
-its subagents' (reserve, then settle), checked against every budget above it; an exhausted
-budget stops every agent drawing from it (docs/budgets.md)."""
+its subagents' (reserve, then settle), checked against every budget above it; a reservation
+that only the calls in flight keep out waits for them to settle; an exhausted budget stops
+every agent drawing from it (docs/budgets.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import trio
 from attrs import frozen
 
 from ..errors import PriceUnknown
@@ -30,7 +32,16 @@ class Account:
     """The spend of one agent and its subagents (`spent`), what their calls in flight hold
     (`reserved`), and the agent's own `budget` (None: only the budgets above apply)."""
 
-    __slots__ = ("budget", "cancel", "children", "exhausted", "parent", "reserved", "spent")
+    __slots__ = (
+        "_settled",
+        "budget",
+        "cancel",
+        "children",
+        "exhausted",
+        "parent",
+        "reserved",
+        "spent",
+    )
 
     def __init__(
         self,
@@ -48,6 +59,8 @@ class Account:
         self.children: list[Account] = []
         self.exhausted: str | None = None
         """Why this account's budget refused a reservation, once it has."""
+        self._settled: trio.lowlevel.ParkingLot | None = None
+        """Reservations waiting for a call in flight to settle; made by the first."""
         if parent is not None:
             parent.children.append(self)
 
@@ -67,26 +80,44 @@ class Account:
             stack.extend(account.children)
 
     def reserve(self, amount: Spend) -> Hold | Account:
-        """Hold `amount` on every account of the chain, or the account whose budget it
-        would exceed (nothing held then). PriceUnknown if a dollar limit applies and
-        `amount` has no price."""
+        """Hold `amount` on every account of the chain, or the account that refuses it
+        (nothing held then): one whose budget is exhausted, or whose budget `amount` would
+        exceed with what its calls in flight hold (`waits_for` tells the two apart).
+        PriceUnknown if a dollar limit applies and `amount` has no price."""
         for account in self.chain():
-            if account.budget is not None and account._exceeded_by(amount):
+            if account.budget is not None and account._over(account.reserved + amount):
                 return account
         for account in self.chain():
             account.reserved += amount
         return Hold(self, amount)
 
-    def _exceeded_by(self, amount: Spend) -> bool:
+    def waits_for(self, amount: Spend) -> bool:
+        """Whether this refusing account would take `amount` once its calls in flight
+        settle (they hold more than they may cost); if not, it is now exhausted."""
+        if self.exhausted is None and self.reserved.model_calls and not self._over(amount):
+            return True
+        if self.exhausted is None:
+            self.exhausted = f"the budget {self._limit(amount)} would be exceeded"
+        return False
+
+    async def settled(self) -> None:
+        """Wait until one of this account's calls in flight settles."""
+        if self._settled is None:
+            self._settled = trio.lowlevel.ParkingLot()
+        await self._settled.park()
+
+    def _over(self, amount: Spend) -> bool:
+        return self.exhausted is not None or self._limit(amount) is not None
+
+    def _limit(self, amount: Spend) -> str | None:
+        """The limit `spent + amount` exceeds (None: none does)."""
         budget = self.budget
         assert budget is not None
-        if self.exhausted is not None:
-            return True
-        after = self.spent + self.reserved + amount
+        after = self.spent + amount
         if budget.model_calls is not None and after.model_calls > budget.model_calls:
-            return self._refuse(f"model_calls={budget.model_calls}")
+            return f"model_calls={budget.model_calls}"
         if budget.tokens is not None and after.tokens > budget.tokens:
-            return self._refuse(f"tokens={budget.tokens}")
+            return f"tokens={budget.tokens}"
         if budget.usd is not None:
             if amount.usd is None:
                 raise PriceUnknown(
@@ -94,18 +125,17 @@ class Account:
                     "(not in genai-prices, or the `prices` extra is not installed)"
                 )
             if after.usd is None or after.usd > budget.usd:
-                return self._refuse(f"usd={budget.usd}")
-        return False
-
-    def _refuse(self, limit: str) -> bool:
-        self.exhausted = f"the budget {limit} would be exceeded"
-        return True
+                return f"usd={budget.usd}"
+        return None
 
     def settle(self, hold: Hold, actual: Spend) -> None:
-        """Release `hold` and charge what the call really cost, up the chain."""
+        """Release `hold` and charge what the call really cost, up the chain; wake the
+        reservations waiting on any of those accounts."""
         for account in hold.account.chain():
             account.reserved -= hold.amount
             account.spent += actual
+            if account._settled is not None:
+                account._settled.unpark_all()
 
     def stop_subtree(self, reason: str, spare: Account | None = None) -> int:
         """Cancel every agent drawing from this account's budget (but `spare`'s own

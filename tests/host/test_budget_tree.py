@@ -91,8 +91,10 @@ async def test_twenty_background_subagents_share_one_budget() -> None:
 
         def record(agent: Any, event: SessionEvent) -> None:
             data = event.data
-            if isinstance(data, TurnEnd) and data.reason.kind == "budget_exhausted":
-                order.append(("exhausted", agent.id))
+            if isinstance(data, TurnEnd):
+                if data.reason.kind == "budget_exhausted":
+                    order.append(("exhausted", agent.id))
+                order.append(("end", agent.id))
 
         rt.on("session/event", record)
         child_options = AgentOptions(
@@ -118,14 +120,17 @@ async def test_twenty_background_subagents_share_one_budget() -> None:
         exhausted_at = order.index(next(e for e in order if e[0] == "exhausted"))
         assert [e for e in order[exhausted_at:] if e[0] == "request"] == []
 
-        # Every subagent's turn ended: aborted by the budget while it ran, or (the one
-        # refused, and any whose turn had not started yet) `budget_exhausted` at its call.
+        # Every subagent's turn ended once the budget was spent, none on its own: cancelled
+        # by the budget while its call was in flight (`aborted`), or refused at its next
+        # reservation (`budget_exhausted`: the first refusal, and every reservation that
+        # was waiting for calls in flight to settle and then met the exhausted budget).
         ends = [_last_end(a.session.events) for a in children]
-        kinds = [end.kind for end in ends]
-        assert set(kinds) <= {"aborted", "budget_exhausted"}
-        assert "budget_exhausted" in kinds and "aborted" in kinds
-        assert {end.reason for end in ends if end.kind == "aborted"} == {"budget exhausted"}
+        assert {end.kind for end in ends} <= {"aborted", "budget_exhausted"}
+        assert all(end.reason == "budget exhausted" for end in ends if end.kind == "aborted")
         assert all(a.status == "idle" for a in children)
+        for child in children:
+            last = max(i for i, entry in enumerate(order) if entry == ("end", child.id))
+            assert last > exhausted_at
 
         # The bill: at most the budget plus one call per agent that had a call in flight.
         # (a call cut by the cancel is billed what its stream reported: `budget/settle`)

@@ -4,16 +4,22 @@ the ledger is part of the log (verify and rebuild hold byte for byte)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
+import trio
+import trio.testing
 from helpers import open_runtime
 
 from actorloop.runtime import AgentOptions
 from actorloop.runtime.errors import PriceUnknown
 from actorloop.runtime.log.ledger import ledger_of
+from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.budget import Budget, BudgetReserve, Spend
-from actorloop.runtime.model.chunks import TokenUsage
+from actorloop.runtime.model.chunks import StreamChunk, TokenUsage
 from actorloop.runtime.model.events import TurnEnd
+from actorloop.runtime.providers.base import ModelInfo
 from actorloop.runtime.testing import ScriptedProvider, reply, tool_call
 
 USAGE = TokenUsage(input=100, output=20)
@@ -91,7 +97,7 @@ import trio
 from actorloop.runtime import AgentOptions, Runtime
 from actorloop.runtime.log.prices import PRICES_NOTE, prices_available, price_usage
 from actorloop.runtime.model.budget import Budget
-from actorloop.runtime.model.chunks import TokenUsage
+from actorloop.runtime.model.chunks import StreamChunk, TokenUsage
 from actorloop.runtime.testing import ScriptedProvider, reply
 
 
@@ -127,3 +133,50 @@ def test_without_the_prices_extra_dollars_are_unknown() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "OK"
+
+
+class Gated:
+    """Answers at once, but holds session `held`'s first call until `release` is set."""
+
+    name = "gated"
+
+    def __init__(self, held: str) -> None:
+        self.held = held
+        self.order: list[str] = []
+        self.started = trio.Event()
+        self.release = trio.Event()
+
+    def model_info(self, model: str) -> ModelInfo | None:
+        return ModelInfo(None)
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        self.order.append(f"request {request.session_id}")
+        if request.session_id == self.held and not self.started.is_set():
+            self.started.set()
+            await self.release.wait()
+        for chunk in reply("ok", TokenUsage(input=5, output=5)):
+            yield chunk
+        self.order.append(f"answered {request.session_id}")
+
+
+async def test_a_reservation_kept_out_by_calls_in_flight_waits_for_them() -> None:
+    provider = Gated("a")
+    async with open_runtime(provider) as rt:
+        # Alone, a call reserves about 102 tokens (its input, max_tokens 100); two do not
+        # fit in 120 at once.
+        options = AgentOptions(model="m", max_tokens=100, budget=Budget(tokens=120))
+        a = await rt.spawn(options, session_id="a")
+        b = await rt.spawn(AgentOptions(model="m", max_tokens=100), session_id="b")
+        rt.budgets.adopt("a", "b")  # b draws from a's budget, as a subagent does
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(a.send, "first")
+            await provider.started.wait()
+            nursery.start_soon(b.send, "second")
+            await trio.testing.wait_all_tasks_blocked()
+            assert provider.order == ["request a"]  # b waits: a's call holds the room
+            provider.release.set()
+        assert provider.order == ["request a", "answered a", "request b", "answered b"]
+        assert a.spent() == Spend(20, 2, None)  # both calls, charged to the root
+        assert b.spent() == Spend(10, 1, None)
+        # 20 spent: a third call's ~103 would pass 120, with nothing in flight to wait for.
+        assert (await b.send("third")).reason == "budget_exhausted"
