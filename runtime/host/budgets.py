@@ -9,7 +9,9 @@ from collections.abc import Mapping
 from ...actors.loop.actor import LoopActor
 from ..control.accounts import Account, Canceller
 from ..control.options import AgentOptions
+from ..errors import PriceUnknown
 from ..log.ledger import session_ledger
+from ..log.prices import PRICES_NOTE, max_call_usd, prices_available
 from ..log.session import Session
 from ..model.budget import NO_SPEND, Budget, Spend
 from ..stores.base import Store
@@ -23,6 +25,18 @@ class Budgets:
         self._store = store
         self._loops = loops
         self._resumed: dict[str, Spend] = {}
+
+    def check(self, options: AgentOptions, provider: str) -> None:
+        """Refuse a dollar budget for a model with no known price up front (PriceUnknown),
+        before anything is created: it could not reserve a single call."""
+        budget = options.budget
+        if budget is None or budget.usd is None:
+            return
+        if max_call_usd(1, 1, options.model, provider) is None:
+            raise PriceUnknown(
+                f"a dollar budget is set but model {options.model!r} has no known price "
+                f"({PRICES_NOTE if not prices_available() else 'not in genai-prices'})"
+            )
 
     async def preload(self, session: Session, options: AgentOptions) -> None:
         """Before a resumed budgeted loop starts: what its tree spent so far, from its own

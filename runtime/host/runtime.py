@@ -260,6 +260,7 @@ class Runtime:
         provider = self.provider_for(options)
         self._refuse_live(session_id)
         await self.mcp.check(options)
+        self.budgets.check(options, self.provider_for(options).name)
         meta = SessionMeta(session_id, labels=options.labels)
         lease = self._claim(session_id)
         try:
@@ -281,6 +282,7 @@ class Runtime:
         if options is not None:
             self.provider_for(options)
             await self.mcp.check(options)
+            self.budgets.check(options, self.provider_for(options).name)
         self._refuse_live(session_id)
         lease = self._claim(session_id)
         try:
@@ -310,6 +312,7 @@ class Runtime:
         options = options or source_loop.options
         provider = self.provider_for(options)
         await self.mcp.check(options)
+        self.budgets.check(options, self.provider_for(options).name)
         if child_id is not None:
             await self._refuse_existing(child_id)  # the child id before the boundary (§5)
         # Fork first, then flush: the flush covers every event the child's seed holds, even
@@ -365,6 +368,7 @@ class Runtime:
             options = _stored_options(seeded)
         provider = self.provider_for(options)
         await self.mcp.check(options)
+        self.budgets.check(options, self.provider_for(options).name)
         await self._refuse_existing(point.child_id)
         lease = self._claim(point.child_id)
         try:

@@ -77,12 +77,17 @@ async def test_tokens_budget_reserves_input_estimate_plus_max_output() -> None:
 async def test_a_dollar_budget_needs_a_price() -> None:
     provider = ScriptedProvider([reply("a", USAGE)])
     async with open_runtime(provider) as rt:
-        agent = await rt.spawn(AgentOptions(model="no-such-model", budget=Budget(usd=1.0)))
+        with pytest.raises(PriceUnknown, match="no-such-model"):
+            await rt.spawn(AgentOptions(model="no-such-model", budget=Budget(usd=1.0)))
+        assert await rt.list_sessions() == ()  # refused before anything was created
+        # A model that lost its price later (a reconfigure) fails the turn, typed.
+        agent = await rt.spawn(AgentOptions(model="gpt-4o-mini", budget=Budget(usd=1.0)))
+        agent.reconfigure(model="no-such-model")
         result = await agent.send("hi")
-        assert result.reason == "error"
-        assert result.code == "PRICE_UNKNOWN"
+        assert (result.reason, result.code) == ("error", "PRICE_UNKNOWN")
         assert provider.calls == 0
     assert issubclass(PriceUnknown, LookupError)
+    assert PriceUnknown.code == "PRICE_UNKNOWN"
 
 
 def test_budget_refuses_negative_limits() -> None:
@@ -95,6 +100,7 @@ import sys
 sys.modules["genai_prices"] = None  # as if the `prices` extra were not installed
 import trio
 from actorloop.runtime import AgentOptions, Runtime
+from actorloop.runtime.errors import PriceUnknown
 from actorloop.runtime.log.prices import PRICES_NOTE, prices_available, price_usage
 from actorloop.runtime.model.budget import Budget
 from actorloop.runtime.model.chunks import StreamChunk, TokenUsage
@@ -113,9 +119,12 @@ async def main():
         assert spent.model_calls == 1 and spent.usd is None, spent  # unknown, never zero
         tokens_only = await rt.spawn(AgentOptions(model="gpt-4o-mini", budget=Budget(tokens=10**6)))
         assert (await tokens_only.send("hi")).reason == "completed"
-        dollars = await rt.spawn(AgentOptions(model="gpt-4o-mini", budget=Budget(usd=1.0)))
-        result = await dollars.send("hi")
-        assert (result.reason, result.code) == ("error", "PRICE_UNKNOWN"), result
+        try:
+            await rt.spawn(AgentOptions(model="gpt-4o-mini", budget=Budget(usd=1.0)))
+        except PriceUnknown as exc:
+            assert "prices" in str(exc), exc
+        else:
+            raise AssertionError("a dollar budget without prices was accepted")
         assert provider.calls == 2
     print("OK")
 
