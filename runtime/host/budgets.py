@@ -72,9 +72,15 @@ class Budgets:
                 account.spent += spent
 
     def detach(self, loop: LoopActor) -> None:
-        """A finished loop takes no more cancels (its account's spend stays in the tree)."""
+        """A finished loop takes no more cancels (its account's spend stays in the tree). A
+        hold a failed loop left open is charged at what it held, as the ledger counts it,
+        so no reservation of the tree waits for it forever."""
         if loop.account is not None:
             loop.account.cancel = None
+        open_hold = loop.budget_hold
+        if open_hold is not None:
+            loop.budget_hold = None
+            open_hold.hold.account.settle(open_hold.hold, open_hold.hold.amount)
 
 
 def _canceller(loop: LoopActor) -> Canceller:
