@@ -128,6 +128,11 @@ class Account:
                 return f"usd={budget.usd}"
         return None
 
+    def charge(self, spend: Spend) -> None:
+        """Charge `spend` (a call that reserved nothing: a summarizer's) up the chain."""
+        for account in self.chain():
+            account.spent += spend
+
     def settle(self, hold: Hold, actual: Spend) -> None:
         """Release `hold` and charge what the call really cost, up the chain; wake the
         reservations waiting on any of those accounts."""

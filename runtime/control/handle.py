@@ -218,11 +218,12 @@ class Agent:
     def spent(self) -> Spend:
         """What this agent's model calls cost (tokens, calls, dollars or None if a price is
         unknown). With a budget in its tree: this agent and its subagents, live, as the
-        budget counts (docs/budgets.md); without: this session's own calls, from its log."""
+        budget counts (docs/budgets.md); without: this session's own calls, from its log.
+        Summarizer (compaction) calls are included."""
         account = self._loop.account
         if account is not None:
             return account.spent
-        return session_ledger(self.session.meta, self.session.events).calls
+        return session_ledger(self.session.meta, self.session.events).total
 
     async def compact(self) -> TurnResult:
         """Compact now, recorded as a one-shot turn (`turn/start{trigger: compaction}` …

@@ -4,16 +4,17 @@ what the stored sessions of a tree spent (docs/budgets.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ...actors.loop.actor import LoopActor
 from ..control.accounts import Account, Canceller
 from ..control.options import AgentOptions
 from ..errors import PriceUnknown
 from ..log.ledger import session_ledger
-from ..log.prices import PRICES_NOTE, max_call_usd, prices_available
+from ..log.prices import PRICES_NOTE, max_call_usd, prices_available, spend_of
 from ..log.session import Session
 from ..model.budget import NO_SPEND, Budget, Spend
+from ..model.events import CompactionSummary, SessionEvent
 from ..stores.base import Store
 from ..stores.spend import tree_spend
 
@@ -25,6 +26,8 @@ class Budgets:
         self._store = store
         self._loops = loops
         self._resumed: dict[str, Spend] = {}
+        self._observed: dict[str, Callable[[], None]] = {}
+        """Budgeted sessions whose summarizer calls are charged as they are logged."""
 
     def check(self, options: AgentOptions, provider: str) -> None:
         """Refuse a dollar budget for a model with no known price up front (PriceUnknown),
@@ -43,15 +46,16 @@ class Budgets:
         log and the stored logs of its subagents (the ledger survives a crash)."""
         if options.budget is None:
             return
-        own = session_ledger(session.meta, session.events).calls
+        own = session_ledger(session.meta, session.events).total
         below = await tree_spend(self._store, session.id, include_root=False)
-        self._resumed[session.id] = own + below.calls
+        self._resumed[session.id] = own + below.total
 
     def attach(self, loop: LoopActor, options: AgentOptions) -> None:
         """Give a starting loop its own root account if its options carry a budget."""
         spent = self._resumed.pop(loop.session.id, NO_SPEND)
         if options.budget is not None:
             loop.account = Account(options.budget, None, spent, cancel=_canceller(loop))
+            self._charge_summaries(loop)
 
     def adopt(self, parent_id: str, child_id: str) -> None:
         """Charge the live subagent `child_id` to its live parent's account: its own budget
@@ -68,8 +72,22 @@ class Budgets:
         spent = child.account.spent if child.account is not None else NO_SPEND
         child.account = Account(budget, above, NO_SPEND, cancel=_canceller(child))
         if spent != NO_SPEND:
-            for account in child.account.chain():
-                account.spent += spent
+            child.account.charge(spent)
+        self._charge_summaries(child)
+
+    def _charge_summaries(self, loop: LoopActor) -> None:
+        """Charge the loop's summarizer calls (not reserved: the compaction gate runs
+        before the step's reservation) to its account as their `compaction/summary` is
+        logged."""
+        if loop.session.id in self._observed:
+            return
+
+        def charge(event: SessionEvent) -> None:
+            data = event.data
+            if isinstance(data, CompactionSummary) and loop.account is not None:
+                loop.account.charge(spend_of(data.usage, data.model, data.provider))
+
+        self._observed[loop.session.id] = loop.session.observe(charge)
 
     def detach(self, loop: LoopActor) -> None:
         """A finished loop takes no more cancels (its account's spend stays in the tree). A
@@ -77,6 +95,9 @@ class Budgets:
         so no reservation of the tree waits for it forever."""
         if loop.account is not None:
             loop.account.cancel = None
+        unobserve = self._observed.pop(loop.session.id, None)
+        if unobserve is not None:
+            unobserve()
         open_hold = loop.budget_hold
         if open_hold is not None:
             loop.budget_hold = None

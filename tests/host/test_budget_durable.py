@@ -78,18 +78,18 @@ async def test_kill_9_mid_call_then_resume_keeps_the_ledger(tmp_path: Path) -> N
         assert len(reserves) == 2  # the second one, in flight, was durable before the request
         child_id = next(s.id for s in await rt.list_sessions() if s.id != "root")
         child = await load_session(rt.store, child_id, repair=False)
-        child_spend = ledger_of(child.events).calls
+        child_spend = ledger_of(child.events).total
         assert child_spend == Spend(350, 1, None)
         root_ledger = ledger_of(stored.events)
         assert root_ledger.unsettled == 1  # charged at what it reserved
         agent = await rt.resume("root", AgentOptions(model="m", max_tokens=100, budget=BUDGET))
         before = agent.spent()
-        assert before == root_ledger.calls + child_spend
+        assert before == root_ledger.total + child_spend
         assert before.model_calls == 3 and before.tokens >= 350 + reserves[1].tokens
         assert (await agent.send("again")).reason == "completed"
         assert agent.spent() == before + Spend(350, 1, None)
         # The resumed log's own fold agrees with the live account (repair closed the turn).
-        assert session_ledger(agent.session.meta, agent.session.events).calls + child_spend == (
+        assert session_ledger(agent.session.meta, agent.session.events).total + child_spend == (
             agent.spent()
         )
 

@@ -152,8 +152,8 @@ async def test_twenty_background_subagents_share_one_budget() -> None:
         assert spent.model_calls == calls
         assert spent.usd == pytest.approx(billed)
         stored = await tree_spend(rt.store, "coord")
-        assert stored.calls.usd == pytest.approx(billed)
-        assert stored.calls.model_calls == calls
+        assert stored.total.usd == pytest.approx(billed)
+        assert stored.total.model_calls == calls
 
 
 def _last_end(events: tuple[SessionEvent, ...]) -> TurnEndReason:

@@ -50,7 +50,7 @@ async def test_model_calls_budget_ends_the_turn_before_the_request() -> None:
         assert end.reason.kind == "budget_exhausted"
         spent = agent.spent()
         assert spent.model_calls == 2
-        assert spent == ledger_of(events).calls
+        assert spent == ledger_of(events).total
         # The ledger takes no part in the requests: the log verifies byte for byte.
         report = verify_log(agent.session.meta, events)
         assert report.requests_checked == 2
@@ -189,3 +189,17 @@ async def test_a_reservation_kept_out_by_calls_in_flight_waits_for_them() -> Non
         assert b.spent() == Spend(10, 1, None)
         # 20 spent: a third call's ~103 would pass 120, with nothing in flight to wait for.
         assert (await b.send("third")).reason == "budget_exhausted"
+
+
+async def test_summarizer_calls_are_charged_as_they_are_logged() -> None:
+    summary_usage = TokenUsage(input=50, output=7)
+    answers = [reply(letter * 400, USAGE) for letter in "abc"]
+    provider = ScriptedProvider([*answers, reply("SUMMARY of it", summary_usage)])
+    async with open_runtime(provider) as rt:
+        agent = await rt.spawn(AgentOptions(model="m", budget=Budget(tokens=10**6)))
+        for text in ("one", "two", "three"):
+            await agent.send(text * 50)
+        assert (await agent.compact()).reason == "completed"
+        ledger = ledger_of(agent.session.events)
+        assert ledger.compaction == Spend(57, 1, None)
+        assert agent.spent() == ledger.total == Spend(3 * 120 + 57, 4, None)
