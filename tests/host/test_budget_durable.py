@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers import kill_child, open_runtime, start_ready_child
 
 from actorloop.runtime import AgentOptions
@@ -116,3 +117,19 @@ async def test_a_fork_is_not_charged_for_the_shared_history() -> None:
         free = await rt.fork(parent.id, options=AgentOptions(model="m"))
         assert free.spent() == Spend(0, 0, 0.0)
         assert parent.spent() == spent
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+async def test_every_durable_store_keeps_the_ledger(tmp_path: Path, kind: str) -> None:
+    store = f"sqlite:{tmp_path / 's.db'}" if kind == "sqlite" else f"jsonl:{tmp_path / 'j'}"
+    options = AgentOptions(model="m", max_tokens=100, budget=Budget(model_calls=3))
+    async with open_runtime(ScriptedProvider([reply("a", USAGE), reply("b", USAGE)]), store) as rt:
+        agent = await rt.spawn(options, session_id="s")
+        await agent.send("one")
+        await agent.send("two")
+        spent = agent.spent()
+    async with open_runtime(ScriptedProvider([reply("c", USAGE)]), store) as rt:
+        again = await rt.resume("s", options)
+        assert again.spent() == spent == Spend(700, 2, None)
+        assert (await again.send("three")).reason == "completed"
+        assert (await again.send("four")).reason == "budget_exhausted"  # 3 calls in all

@@ -16,6 +16,7 @@ from helpers import open_runtime
 from actorloop.runtime import AgentOptions, Tool
 from actorloop.runtime.host.subagents import subagent_tool
 from actorloop.runtime.log.request import Request
+from actorloop.runtime.log.verify import verify_log
 from actorloop.runtime.model.budget import Budget, BudgetSettle
 from actorloop.runtime.model.chunks import StreamChunk, TokenUsage, UsageReport
 from actorloop.runtime.model.events import AssistantMessage, SessionEvent, TurnEnd, TurnEndReason
@@ -131,6 +132,8 @@ async def test_twenty_background_subagents_share_one_budget() -> None:
         for child in children:
             last = max(i for i, entry in enumerate(order) if entry == ("end", child.id))
             assert last > exhausted_at
+            # Ledger events (settles of cut calls included) leave every request rebuildable.
+            assert verify_log(child.session.meta, child.session.events).requests_checked
 
         # The bill: at most the budget plus one call per agent that had a call in flight.
         # (a call cut by the cancel is billed what its stream reported: `budget/settle`)
