@@ -8,6 +8,8 @@ import math
 from decimal import Decimal
 from typing import Any
 
+from attrs import frozen
+
 from ..model.budget import Spend, usage_tokens
 from ..model.chunks import TokenUsage
 
@@ -52,12 +54,43 @@ def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> f
     """The dollars genai-prices charges for `usage` on `model` (at `provider`), or None
     when the price is unknown. Recorded buckets map as genai-prices counts them: its input
     includes cache reads and writes; output includes reasoning."""
+    if _genai_prices() is None:
+        return None
+    rates = _rates(model, provider)
+    if rates is None:
+        return None
+    if isinstance(rates, _Rates):
+        return rates.price(usage)
+    return float(_calc(rates, model, usage))
+
+
+@frozen
+class _Rates:
+    """A linear price (no tiers): a per-request base and a price per million tokens of
+    each bucket, read from genai-prices once per model (its calculation is ~0.1 ms; a
+    step prices a reservation and a settlement)."""
+
+    base: Decimal
+    uncached: Decimal
+    cache_read: Decimal
+    cache_write: Decimal
+    output: Decimal
+
+    def price(self, usage: TokenUsage) -> float:
+        total = (
+            usage.input * self.uncached
+            + usage.cache_read * self.cache_read
+            + usage.cache_write * self.cache_write
+            + usage.output * self.output
+        )
+        return float(self.base + total / MILLION)
+
+
+MILLION = 1_000_000
+
+
+def _calc(provider_id: str | None, model: str, usage: TokenUsage) -> Decimal:
     prices = _genai_prices()
-    if prices is None:
-        return None
-    known, provider_id = _provider_id(provider, model)
-    if not known:
-        return None
     calc = prices.calc_price(
         prices.Usage(
             input_tokens=usage.prompt_total,
@@ -69,7 +102,33 @@ def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> f
         provider_id=provider_id,
     )
     total: Decimal = calc.total_price
-    return float(total)
+    return total
+
+
+@functools.cache
+def _rates(model: str, provider: str | None) -> _Rates | str | None:
+    """`model`'s linear rates; its genai-prices provider id when its price has tiers (each
+    usage is then priced by genai-prices itself); None when it has no known price."""
+    known, provider_id = _provider_id(provider, model)
+    if not known:
+        return None
+    prices = _genai_prices()
+    probe = prices.calc_price(prices.Usage(input_tokens=0), model, provider_id=provider_id)
+    tiered = getattr(prices.types, "TieredPrices", ())
+    if any(isinstance(value, tiered) for value in vars(probe.model_price).values()):
+        return provider_id or ""
+    base = _calc(provider_id, model, TokenUsage())
+
+    def rate(usage: TokenUsage) -> Decimal:
+        return _calc(provider_id, model, usage) - base
+
+    return _Rates(
+        base,
+        rate(TokenUsage(input=MILLION)),
+        rate(TokenUsage(cache_read=MILLION)),
+        rate(TokenUsage(cache_write=MILLION)),
+        rate(TokenUsage(output=MILLION)),
+    )
 
 
 def spend_of(usage: TokenUsage | None, model: str, provider: str | None) -> Spend:
