@@ -12,6 +12,7 @@ import trio.testing
 from helpers import open_runtime
 
 from actorloop.runtime import AgentOptions
+from actorloop.runtime.cli.render import timeline
 from actorloop.runtime.errors import PriceUnknown
 from actorloop.runtime.log.ledger import ledger_of
 from actorloop.runtime.log.request import Request
@@ -54,6 +55,9 @@ async def test_model_calls_budget_ends_the_turn_before_the_request() -> None:
         # The ledger takes no part in the requests: the log verifies byte for byte.
         report = verify_log(agent.session.meta, events)
         assert report.requests_checked == 2
+        # `sessions show` says which limit ended the turn.
+        shown = [line.plain for line in timeline(agent.session.meta, events)]
+        assert "budget_exhausted (the budget model_calls=2 would be exceeded)" in shown[-1]
         # Exhausted stays exhausted: the next turn sends nothing either.
         again = await agent.send("more")
         assert again.reason == "budget_exhausted"
