@@ -97,7 +97,8 @@ class Account:
         if self.exhausted is None and self.reserved.model_calls and not self._over(amount):
             return True
         if self.exhausted is None:
-            self.exhausted = f"the budget {self._limit(amount)} would be exceeded"
+            limit = self._limit(amount) or self._limit(self.reserved + amount)
+            self.exhausted = f"the budget {limit} would be exceeded"
         return False
 
     async def settled(self) -> None:
@@ -138,6 +139,8 @@ class Account:
         reservations waiting on any of those accounts."""
         for account in hold.account.chain():
             account.reserved -= hold.amount
+            if not account.reserved.model_calls:
+                account.reserved = NO_SPEND  # no float residue once nothing is held
             account.spent += actual
             if account._settled is not None:
                 account._settled.unpark_all()

@@ -13,11 +13,12 @@ from helpers import open_runtime
 
 from actorloop.runtime import AgentOptions
 from actorloop.runtime.cli.render import timeline
+from actorloop.runtime.control.accounts import Account, Hold
 from actorloop.runtime.errors import PriceUnknown
 from actorloop.runtime.log.ledger import ledger_of
 from actorloop.runtime.log.request import Request
 from actorloop.runtime.log.verify import verify_log
-from actorloop.runtime.model.budget import Budget, BudgetReserve, Spend
+from actorloop.runtime.model.budget import NO_SPEND, Budget, BudgetReserve, Spend
 from actorloop.runtime.model.chunks import StreamChunk, TokenUsage
 from actorloop.runtime.model.events import TurnEnd
 from actorloop.runtime.providers.base import ModelInfo
@@ -207,3 +208,29 @@ async def test_summarizer_calls_are_charged_as_they_are_logged() -> None:
         ledger = ledger_of(agent.session.events)
         assert ledger.compaction == Spend(57, 1, None)
         assert agent.spent() == ledger.total == Spend(3 * 120 + 57, 4, None)
+
+
+def test_accounts_check_every_budget_up_the_chain() -> None:
+    root = Account(Budget(usd=1.0, model_calls=10))
+    team = Account(Budget(tokens=1000), parent=root)
+    worker = Account(None, parent=team)
+    call = Spend(400, 1, 0.3)
+    first = worker.reserve(call)
+    assert isinstance(first, Hold)
+    assert root.reserved == team.reserved == worker.reserved == call
+    # A second call fits the root's dollars but not the team's tokens while the first holds.
+    refused = worker.reserve(Spend(700, 1, 0.3))
+    assert refused is team and team.waits_for(Spend(700, 1, 0.3))
+    worker.settle(first, Spend(100, 1, 0.1 + 0.2 - 0.2))  # float residue is not kept
+    assert root.reserved == NO_SPEND and root.spent.model_calls == 1
+    second = worker.reserve(Spend(700, 1, 0.3))
+    assert isinstance(second, Hold)
+    worker.settle(second, Spend(700, 1, 0.3))
+    # 800 spent: 400 more can never fit, nothing is in flight to wait for.
+    refused = worker.reserve(call)
+    assert refused is team and not team.waits_for(call)
+    assert team.exhausted == "the budget tokens=1000 would be exceeded"
+    assert root.exhausted is None  # the root's own budget still has room
+    assert isinstance(Account(None, parent=root).reserve(call), Hold)
+    with pytest.raises(PriceUnknown):
+        root.reserve(Spend(1, 1, None))
