@@ -5,11 +5,12 @@ what the stored sessions of a tree spent (docs/budgets.md)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...actors.loop.actor import LoopActor
 from ..control.accounts import Account, Canceller
 from ..control.options import AgentOptions
-from ..errors import PriceUnknown
+from ..errors import BudgetError, PriceUnknown
 from ..log.ledger import session_ledger
 from ..log.prices import PRICES_NOTE, max_call_usd, prices_available, spend_of
 from ..log.session import Session
@@ -17,6 +18,39 @@ from ..model.budget import NO_SPEND, Budget, Spend
 from ..model.events import CompactionSummary, SessionEvent
 from ..stores.base import Store
 from ..stores.spend import tree_spend
+
+BUDGET_LABEL = "actorloop.budget"
+"""The session label a budgeted agent's spawn records its budget under, so `resume`
+without options keeps the budget (docs/budgets.md)."""
+LIMITS = ("usd", "tokens", "model_calls")
+
+
+def labels_with_budget(options: AgentOptions) -> Mapping[str, Any]:
+    """The labels a new session of `options` is stored with: its own, and its budget."""
+    budget = options.budget
+    if budget is None:
+        return options.labels
+    limits = {
+        name: value
+        for name, value in zip(LIMITS, (budget.usd, budget.tokens, budget.model_calls), strict=True)
+        if value is not None
+    }
+    return {**options.labels, BUDGET_LABEL: limits}
+
+
+def stored_budget(labels: Mapping[str, Any]) -> tuple[dict[str, Any], Budget | None]:
+    """A stored session's labels without the budget label, and the budget it records
+    (None: none); BudgetError for a budget label that is no budget."""
+    rest = {key: value for key, value in labels.items() if key != BUDGET_LABEL}
+    limits = labels.get(BUDGET_LABEL)
+    if limits is None:
+        return rest, None
+    if not isinstance(limits, Mapping) or set(limits) - set(LIMITS):
+        raise BudgetError(f"label {BUDGET_LABEL!r} is not a budget: {limits!r}")
+    try:
+        return rest, Budget(**{key: limits[key] for key in LIMITS if key in limits})
+    except ValueError as exc:
+        raise BudgetError(f"label {BUDGET_LABEL!r}: {exc}") from exc
 
 
 class Budgets:

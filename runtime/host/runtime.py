@@ -42,7 +42,7 @@ from ..stores.base import Store
 from ..stores.ids import check_session_id
 from ..stores.loading import fork_point, gc_paused, load_session
 from ..stores.urls import open_store
-from .budgets import Budgets
+from .budgets import Budgets, labels_with_budget, stored_budget
 from .checked_provider import InvariantCheckedProvider
 from .telemetry import TelemetrySetting, Tracing, open_tracing
 
@@ -261,7 +261,7 @@ class Runtime:
         self._refuse_live(session_id)
         await self.mcp.check(options)
         self.budgets.check(options, self.provider_for(options).name)
-        meta = SessionMeta(session_id, labels=options.labels)
+        meta = SessionMeta(session_id, labels=labels_with_budget(options))
         lease = self._claim(session_id)
         try:
             await self.store.create(meta)
@@ -480,7 +480,8 @@ def _stored_options(session: Session) -> AgentOptions:
             f"session {session.id!r} has no stored request header to restore options from; "
             "pass options"
         )
-    return AgentOptions.restored(header, labels=session.meta.labels)
+    labels, budget = stored_budget(session.meta.labels)
+    return AgentOptions.restored(header, labels=labels, budget=budget)
 
 
 def _out_of_fds(exc: BaseException) -> bool:

@@ -133,3 +133,31 @@ async def test_every_durable_store_keeps_the_ledger(tmp_path: Path, kind: str) -
         assert again.spent() == spent == Spend(700, 2, None)
         assert (await again.send("three")).reason == "completed"
         assert (await again.send("four")).reason == "budget_exhausted"  # 3 calls in all
+
+
+async def test_resume_without_options_keeps_the_budget(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 's.db'}"
+    budget = Budget(usd=None, tokens=10_000, model_calls=2)
+    provider = ScriptedProvider([reply("a", USAGE)])
+    async with open_runtime(provider, store) as rt:
+        agent = await rt.spawn(AgentOptions(model="m", labels={"team": "x"}, budget=budget))
+        await agent.send("one")
+        session_id = agent.id
+    async with open_runtime(ScriptedProvider([reply("b", USAGE)]), store) as rt:
+        again = await rt.resume(session_id)  # options from the log: the budget too
+        assert again.options.budget == budget
+        assert dict(again.options.labels) == {"team": "x"}
+        assert again.spent() == Spend(350, 1, None)
+        assert (await again.send("two")).reason == "completed"
+        assert (await again.send("three")).reason == "budget_exhausted"
+
+
+def test_a_budget_label_that_is_no_budget_is_refused() -> None:
+    from actorloop.runtime.errors import BudgetError
+    from actorloop.runtime.host.budgets import BUDGET_LABEL, stored_budget
+
+    assert stored_budget({"a": 1}) == ({"a": 1}, None)
+    assert stored_budget({BUDGET_LABEL: {"tokens": 5}}) == ({}, Budget(tokens=5))
+    for bad in ({"dollars": 1}, {"tokens": -1}, "lots"):
+        with pytest.raises(BudgetError):
+            stored_budget({BUDGET_LABEL: bad})
