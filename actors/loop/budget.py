@@ -38,8 +38,8 @@ async def reserve_call(
 ) -> TurnEndReason | None:
     """Reserve this step's call on the agent's account (nothing without one) and log it;
     while only calls in flight keep it out, wait for them to settle. The `budget_exhausted`
-    reason when the account (or one above it) refuses for good, after every other agent
-    drawing from the refusing budget was told to stop."""
+    reason when the account (or one above it) refuses for good, after the other agents
+    drawing from the refusing budget (but those above this one) were told to stop."""
     account: Account | None = ctx.account
     if account is None:
         return None
@@ -52,7 +52,7 @@ async def reserve_call(
     granted = account.reserve(amount)
     while isinstance(granted, Account):
         if not granted.waits_for(amount):
-            granted.stop_subtree(EXHAUSTED, spare=account)
+            granted.stop_subtree(EXHAUSTED, refused=account)
             return TurnEndReason(
                 "budget_exhausted", message=granted.exhausted, code=ErrorCode.BUDGET_EXHAUSTED
             )

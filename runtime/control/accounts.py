@@ -1,7 +1,7 @@
 """Budget accounts: one per agent of a budgeted tree, each charged with its own calls and
 its subagents' (reserve, then settle), checked against every budget above it; a reservation
 that only the calls in flight keep out waits for them to settle; an exhausted budget stops
-every agent drawing from it (docs/budgets.md)."""
+the agents drawing from it (docs/budgets.md)."""
 
 from __future__ import annotations
 
@@ -145,12 +145,16 @@ class Account:
             if account._settled is not None:
                 account._settled.unpark_all()
 
-    def stop_subtree(self, reason: str, spare: Account | None = None) -> int:
-        """Cancel every agent drawing from this account's budget (but `spare`'s own
-        agent); how many were told."""
+    def stop_subtree(self, reason: str, refused: Account) -> int:
+        """Cancel the running turn of every agent drawing from this account's budget but
+        those on `refused`'s chain: the agent whose reservation was refused ends its turn
+        `budget_exhausted` itself, and each one above it (this account's own among them)
+        meets the exhausted budget at its next call — an awaiting parent gets its child's
+        failure as the tool's result first. How many were told."""
+        spared = {id(account) for account in refused.chain()}
         told = 0
         for account in self.subtree():
-            if account is not spare and account.cancel is not None:
+            if id(account) not in spared and account.cancel is not None:
                 account.cancel(reason)
                 told += 1
         return told

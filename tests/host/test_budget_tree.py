@@ -108,8 +108,9 @@ async def test_twenty_background_subagents_share_one_budget() -> None:
         )
         first = await coordinator.send("fan out")
         # Its second step races the subagents for the budget: it answers, or the budget is
-        # gone first (its own reservation refused, or its turn stopped with the others').
-        assert first.reason in ("completed", "budget_exhausted", "aborted")
+        # gone first and its own reservation is refused. (The budget's own agent is never
+        # cancelled by it: it meets the exhausted budget at its next call.)
+        assert first.reason in ("completed", "budget_exhausted")
         # Every subagent was spawned in that turn's tool step; each runs until stopped.
         children = [a for a in rt.agents if a.id != "coord"]
         assert len(children) == CHILDREN

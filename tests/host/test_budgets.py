@@ -234,3 +234,38 @@ def test_accounts_check_every_budget_up_the_chain() -> None:
     assert isinstance(Account(None, parent=root).reserve(call), Hold)
     with pytest.raises(PriceUnknown):
         root.reserve(Spend(1, 1, None))
+
+
+async def test_an_awaited_subagent_draws_from_its_parents_budget() -> None:
+    from actorloop.runtime.host.subagents import subagent_tool
+    from actorloop.runtime.model.events import ToolResultEvent
+
+    provider = ScriptedProvider(
+        [tool_call("d1", "delegate", {"task": "dig"}), tool_call("c1", "echo")]
+        + [tool_call("c2", "echo")] * 3
+    )
+    async with open_runtime(provider) as rt:
+        child = AgentOptions(model="m", tools=(echo_tool(),))
+        parent = await rt.spawn(
+            AgentOptions(
+                model="m",
+                tools=(subagent_tool(rt, options=child, keep_child=True),),
+                budget=Budget(model_calls=2),
+            ),
+            session_id="p",
+        )
+        result = await parent.send("go")
+        # Call 1: the parent delegates; call 2: the child; the child's next call is refused,
+        # its failure is the parent's tool result, and the parent's next call is refused too.
+        assert result.reason == "budget_exhausted"
+        assert provider.calls == 2
+        kid = rt.get("p.d1")
+        assert kid is not None
+        assert _ends(kid.session.events) == ["budget_exhausted"]
+        failed = [e.data for e in parent.session.events if isinstance(e.data, ToolResultEvent)]
+        assert failed[0].is_error and "budget_exhausted" in failed[0].content[0].text
+        assert parent.spent().model_calls == 2 and kid.spent().model_calls == 1
+
+
+def _ends(events: tuple[object, ...]) -> list[str]:
+    return [e.data.reason.kind for e in events if isinstance(e.data, TurnEnd)]  # type: ignore[attr-defined]
