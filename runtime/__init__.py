@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .log.request import Request
     from .log.session import Session
     from .log.usage import UsageTotals
+    from .model.budget import Budget, Spend
     from .model.chunks import TokenUsage
     from .model.events import Append, Replace, SessionEvent
     from .model.header import EpochHeader, LlmCallConfig, ResponseFormat, ToolChoice, ToolSchema
@@ -69,6 +70,7 @@ _LAZY = {
     "actorloop.runtime.log.request": ("Request",),
     "actorloop.runtime.log.session": ("Session",),
     "actorloop.runtime.log.usage": ("UsageTotals",),
+    "actorloop.runtime.model.budget": ("Budget", "Spend"),
     "actorloop.runtime.model.chunks": ("TokenUsage",),
     "actorloop.runtime.model.events": ("Append", "Replace", "SessionEvent"),
     "actorloop.runtime.model.header": (
@@ -135,6 +137,7 @@ __all__ = [
     "Allow",
     "Append",
     "Block",
+    "Budget",
     "CollectorPolicy",
     "CompactionConfig",
     "ContextItem",
@@ -161,6 +164,7 @@ __all__ = [
     "SessionMeta",
     "SessionNotFound",
     "Source",
+    "Spend",
     "StoreError",
     "Text",
     "TokenUsage",

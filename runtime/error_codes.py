@@ -97,6 +97,10 @@ class ErrorCode(StrEnum):
     BODY_READ_TIMEOUT = "BODY_READ_TIMEOUT"
     MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
 
+    # budgets (a `budget_exhausted` turn's code, BudgetError.code) — docs/budgets.md
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    PRICE_UNKNOWN = "PRICE_UNKNOWN"
+
     # MCP servers (McpError.code) — docs/mcp.md
     MCP_CONFIG = "MCP_CONFIG"
     MCP_SERVER_NOT_CONFIGURED = "MCP_SERVER_NOT_CONFIGURED"

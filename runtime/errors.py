@@ -41,6 +41,8 @@ keep working)::
     ├── StreamProtocolError            [ValueError] a provider stream broke the chunk grammar
     ├── CompactionFailed               the summarizer failed closed; `.code` says how
     ├── SubagentError                  a child agent could not answer its parent's call
+    ├── BudgetError                    a budget cannot be applied
+    │   └── PriceUnknown               [LookupError] a dollar limit, and no price for the model
     ├── StoreError                     the durable store failed; barriers fail closed
     │   ├── StoreUrlError              [ValueError] a store URL this build does not understand
     │   ├── StoreUnavailable           the database cannot be reached now; retry later
@@ -363,6 +365,19 @@ class CompactionFailed(ActorloopError):
 
 class SubagentError(ActorloopError):
     """The child could not answer (its turn did not complete); becomes an error tool result."""
+
+
+class BudgetError(ActorloopError):
+    """A budget cannot be applied (docs/budgets.md)."""
+
+    code = ErrorCode.BUDGET_EXHAUSTED
+
+
+class PriceUnknown(BudgetError, LookupError):
+    """A dollar limit applies but the model's price is unknown (not in genai-prices, or the
+    `prices` extra is not installed): the call is refused rather than left unpriced."""
+
+    code = ErrorCode.PRICE_UNKNOWN
 
 
 # ---------------------------------------------------------------------- stores and kernel

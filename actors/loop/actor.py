@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import trio
 
+from ...runtime.control.accounts import Account
 from ...runtime.control.approvals import Forwarder
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.hooks import (
@@ -68,8 +69,10 @@ class LoopActor:
         "_persist",
         "_persisted",
         "_snapshots",
+        "account",
         "agent",
         "approvals",
+        "budget_hold",
         "closed",
         "compactor",
         "configured_tools",
@@ -159,6 +162,9 @@ class LoopActor:
         self.forwarders: dict[str, Forwarder] = {}
         """By delegating call id: how a decision on its subagent's calls reaches it."""
         """Contexts of a parked tool batch, logged once its last call has a result."""
+        self.account: Account | None = None
+        """The budget account (runtime/host/budgets.py attaches it); None: no budget."""
+        self.budget_hold: Any = None
 
     # ------------------------------------------------------------------ public surface
 

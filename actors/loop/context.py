@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import trio
 
+from ...runtime.control.accounts import Account
 from ...runtime.control.approvals import Forwarder
 from ...runtime.control.handle import Agent, AgentStatus
 from ...runtime.control.options import AgentOptions, Tool
@@ -77,6 +78,10 @@ class TurnContext(Protocol):
     """Contexts of a parked tool batch, logged once its last call has a result."""
     forwarders: dict[str, Forwarder]
     """By delegating call id: how a decision on its subagent's calls reaches the subagent."""
+    account: Account | None
+    """The budget account the agent's model calls are charged to (None: no budget)."""
+    budget_hold: Any
+    """The reservation of the model call in flight (actors/loop/budget.py), or None."""
 
     def append_event(
         self,

@@ -41,6 +41,7 @@ from ...runtime.model.messages import (
     as_message_tuple,
 )
 from ...runtime.providers.base import opened_stream
+from .budget import reserve_call, settle_answered, settle_unanswered
 from .context import StepContext, TurnContext
 from .tools import describe, run_tools
 from .values import EndTurn, NextStep, OpenStep, OpenTurn, StepOutcome
@@ -193,6 +194,13 @@ async def run_step(ctx: StepContext, turn: OpenTurn, number: int) -> StepOutcome
         len(prefix),
     )
     digest = request_digest(header, ctx.prefix_chain, history_chain)
+    refused = await reserve_call(ctx, step, request, prefix)
+    if refused is not None:
+        # Shielded: the other agents the exhausted budget stops may cancel this one's
+        # ancestors, and through them this turn; its reason is decided already.
+        with trio.CancelScope(shield=True):
+            await end_step(ctx, turn)
+        return EndTurn(refused)
     await ctx.barrier()
     return await _answer(ctx, turn, step, request, digest)
 
@@ -206,6 +214,7 @@ async def _answer(
     chunk_seqs: list[int] = []
     failure = await _stream(ctx, request, step, assembler, chunk_seqs)
     if failure is not None:
+        settle_unanswered(ctx)
         return await _request_failed(ctx, turn, step, failure)
 
     assert assembler.finish is not None
@@ -215,6 +224,7 @@ async def _answer(
     content = _checked_reply(reply, allow_tool_calls=not max_tokens)
     failure = _duplicate_call_ids(content)
     if failure is not None:
+        settle_unanswered(ctx)
         return await _request_failed(ctx, turn, step, failure)
     if any(isinstance(block, ToolCall) for block in content):
         # From the tool-requesting message on, contexts wait for the batch's last result:
@@ -235,6 +245,7 @@ async def _answer(
         surface=True,
         sources=tuple(chunk_seqs),
     )
+    settle_answered(ctx, assembler.usage)
     step.requested = tuple(block for block in content if isinstance(block, ToolCall))
     await trio.lowlevel.checkpoint_if_cancelled()
     if max_tokens:

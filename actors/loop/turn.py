@@ -30,6 +30,7 @@ from ...runtime.model.hook_values import (
     TurnResult,
 )
 from ...runtime.model.messages import Message
+from .budget import settle_unanswered
 from .context import LoopContext, StepContext, TurnContext
 from .decisions import resolve
 from .effects import reconcile_turn
@@ -79,7 +80,7 @@ async def run_item(ctx: LoopContext, item: TurnItem) -> None:
     finally:
         # Retire the scope first: a cancel from here on does nothing to this turn.
         turn.retired = True
-        if scope.cancel_called or reason is None:
+        if reason is None or (scope.cancel_called and reason.kind != "budget_exhausted"):
             # Cancelled from outside the turn's own scope (the runtime's scope: shutdown)
             # is a disposal, even when a cancel of the turn itself came first.
             outer = trio.current_effective_deadline() == -math.inf
@@ -190,6 +191,7 @@ async def _submit_prompt(ctx: TurnContext, item: TurnItem, turn: int) -> None:
 
 def _close_open_step(ctx: TurnContext, turn: OpenTurn) -> None:
     """After a cancel or error: results for every requested call, contexts, step/end."""
+    settle_unanswered(ctx)
     step = turn.step
     if step is None or ctx.session.open_step is None:
         turn.step = None

@@ -29,9 +29,10 @@ POST_STEP_GRACE = 5.0
 RECONFIGURABLE = frozenset(
     name
     for name in attrs.fields_dict(AgentOptions)
-    if name not in ("provider", "labels", "inbox_capacity")
+    if name not in ("provider", "labels", "inbox_capacity", "budget")
 )
-"""What `reconfigure()` may change: the provider, labels and inbox are fixed per instance."""
+"""What `reconfigure()` may change: the provider, labels, inbox and budget are fixed per
+instance."""
 
 
 @define

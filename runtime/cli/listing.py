@@ -12,15 +12,22 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ActorloopError
+from ..log.prices import format_usd
 from ..log.summary import SessionSummary, summarize
 from ..model.meta import DamagedSession, SessionMeta
 from ..stores.base import Store
 from .render import NO_VALUE, ago, percent, plural, shorten_ids, tokens, visible
 
 MIN_ID_WIDTH = 12
-COLUMNS = ("kind", "status", "turns", "tokens in/out", "cached", "created")
+COLUMNS = ("kind", "status", "turns", "tokens in/out", "cached", "cost", "created")
 """The columns between `id` and `parent` (README.md lists the same)."""
-DROPPABLE = ((), ("created",), ("created", "kind"), ("created", "kind", "cached"))
+DROPPABLE = (
+    (),
+    ("created",),
+    ("created", "cost"),
+    ("created", "cost", "kind"),
+    ("created", "cost", "kind", "cached"),
+)
 """Columns left out, in turn, when the table is still wider than the terminal."""
 STATUS_STYLE = {"completed": "green", "open": "yellow", "new": "dim", "damaged": "bold red"}
 
@@ -81,13 +88,13 @@ def print_session_table(listed: list[Listed], out: Console, errors: Console) -> 
     kept, however wide the lines get: scripts read them."""
     ids: list[str] = []
     parents: list[str | None] = []
-    cells: list[list[str]] = []  # kind, status, turns, tokens, cached, created
+    cells: list[list[str]] = []  # kind, status, turns, tokens, cached, cost, created
     for entry in listed:
         if entry.summary is None:
             ids.append(entry.id)
             parents.append(None)
             created = ago(entry.created_at) if entry.created_at is not None else ""
-            cells.append([NO_VALUE, "damaged", NO_VALUE, NO_VALUE, NO_VALUE, created])
+            cells.append([NO_VALUE, "damaged", NO_VALUE, NO_VALUE, NO_VALUE, NO_VALUE, created])
             continue
         summary = entry.summary[1]
         total = summary.usage.total
@@ -100,6 +107,7 @@ def print_session_table(listed: list[Listed], out: Console, errors: Console) -> 
                 f"{summary.turns:,}",
                 f"{tokens(total.prompt_total)} / {tokens(total.output)}",
                 percent(summary.usage.cached_fraction),
+                format_usd(summary.spend.usd),
                 ago(summary.created_at),
             ]
         )

@@ -14,6 +14,7 @@ import orjson
 from rich.text import Text
 
 from ..log.usage import UsageTotals, cached_fraction
+from ..model.budget import BudgetSettle
 from ..model.chunks import ErrorInfo
 from ..model.events import (
     AssistantMessage,
@@ -247,6 +248,8 @@ def reason_text(reason: TurnEndReason) -> str:
         text += f" ({detail})" if detail else ""
     elif reason.reason:
         text += f" ({reason.reason})"
+    elif reason.message:  # max_steps, budget_exhausted: the limit met
+        text += f" ({reason.message})"
     return text
 
 
@@ -416,6 +419,15 @@ def timeline(meta: SessionMeta, events: Sequence[SessionEvent]) -> Iterator[Text
         elif isinstance(data, ToolReconcile):
             what = "reconciling" if data.action == "reconcile" else "re-running (idempotent)"
             yield _line("tool", visible(f"{what} {data.name} {data.call_id}"), "yellow")
+        elif isinstance(data, BudgetSettle):
+            # A reservation is noise on every step; a call cut before its answer is not.
+            usage = data.usage
+            reported = (
+                "no usage reported"
+                if usage is None
+                else f"{usage.prompt_total:,} in, {usage.output:,} out"
+            )
+            yield _line("budget", f"step {data.step} left no answer; settled: {reported}")
         elif isinstance(data, IgnorableData):
             yield _line("ignored", f"{event.type} (an event type this version does not know)")
     for turn in started:

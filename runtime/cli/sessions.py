@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..log.session import Session
     from ..log.summary import SessionSummary
     from ..log.usage import UsageTotals
+    from ..model.budget import Spend
     from ..model.header import EpochHeader
     from ..stores.base import Store
     from .listing import Listed
@@ -162,22 +163,24 @@ def show(
     from ...codecs.converter import unstructure
     from ..log.summary import summarize
     from .render import message_lines, plural, timeline
-    from .shapes import summary_dict
+    from .shapes import spend_dict, summary_dict
 
-    _whole, session = _load(sub_store or store_url, session_id)
+    whole, session = _load(sub_store or store_url, session_id)
     meta, events = session.meta, session.events
     summary = summarize(meta, events)
+    subtree = _tree_spend(sub_store or store_url, whole)
     header = session.header()
     out = console()
     if as_json:
         shown = {
             "session": summary_dict(meta, summary),
+            "subtree_spend": spend_dict(subtree),
             "header": unstructure(header),
             "conversation": unstructure(session.derive_messages()),
         }
         out.print_json(orjson.dumps(shown).decode())
         return
-    for line in _summary_lines(summary):
+    for line in _summary_lines(summary, subtree):
         out.print(line, highlight=False, soft_wrap=True)
     prefix = (header.message_prefix or ()) if header is not None else ()
     if prefix:
@@ -195,7 +198,35 @@ def show(
         out.print(line, highlight=False, soft_wrap=True)
 
 
-def _summary_lines(summary: SessionSummary) -> list[Any]:
+def _tree_spend(store_url: str, session_id: str) -> Spend:
+    """What the stored session and its subagent sessions spent together."""
+    from ..stores.spend import tree_spend
+
+    store = open_checked_store(store_url, must_exist=True)
+
+    async def go() -> Spend:
+        try:
+            return (await tree_spend(store, session_id)).total
+        finally:
+            await store.close()
+
+    return run_async(go, store_url=store_url)
+
+
+def _cost_text(own: Spend, subtree: Spend) -> str:
+    from ..log.prices import PRICES_NOTE, format_usd, prices_available
+
+    text = f"{format_usd(own.usd)} ({own.model_calls:,} model calls)"
+    if subtree != own:
+        text += f" · with its subagents {format_usd(subtree.usd)} ({subtree.model_calls:,})"
+    if not prices_available():
+        text += f" · {PRICES_NOTE}"
+    elif own.usd is None or subtree.usd is None:
+        text += " · ? = a model genai-prices does not price"
+    return text
+
+
+def _summary_lines(summary: SessionSummary, subtree: Spend) -> list[Any]:
     from rich.text import Text
 
     from ...codecs.converter import unstructure
@@ -221,6 +252,7 @@ def _summary_lines(summary: SessionSummary) -> list[Any]:
     }
     fields = [("kind", kind), ("status", status), ("created", created)]
     fields.append(("usage", usage_text(summary.usage)))
+    fields.append(("cost", _cost_text(summary.spend, subtree)))
     if labels:
         fields.append(("labels", ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))))
     for name, value in fields:

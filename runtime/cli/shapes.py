@@ -13,6 +13,7 @@ from ...codecs.converter import unstructure
 from ...codecs.rows import meta_to_dict
 from ..log.summary import SessionSummary
 from ..log.usage import UsageTotals
+from ..model.budget import Spend
 from ..model.chunks import TokenUsage
 from ..model.meta import SessionMeta
 from .render import iso_utc
@@ -62,7 +63,13 @@ def summary_dict(meta: SessionMeta, summary: SessionSummary) -> dict[str, Any]:
         "turns": summary.turns,
         "open_turn": summary.open_turn,
         "usage": usage_dict(summary.usage),
+        "spend": spend_dict(summary.spend),
     }
+
+
+def spend_dict(spend: Spend) -> dict[str, Any]:
+    """Tokens, model calls and dollars (None: a price is unknown; docs/budgets.md)."""
+    return {"tokens": spend.tokens, "model_calls": spend.model_calls, "usd": spend.usd}
 
 
 def damaged_dict(session_id: str, problem: str) -> dict[str, Any]:

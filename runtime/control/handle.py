@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 import trio
 from attrs import frozen
 
+from ..log.ledger import session_ledger
 from ..log.session import Session
 from ..log.usage import UsageTotals
 from ..model.approvals import DecisionKind, PendingApproval
+from ..model.budget import Spend
 from ..model.events import SessionEvent
 from ..model.hook_values import TurnResult
 from ..model.messages import USER, Block, Content, Source, as_content
+from .accounts import Account
 from .approvals import decision_arguments
 from .hooks import HookRegistry, Listener, Unsubscribe
 from .options import AgentOptions
@@ -36,6 +39,7 @@ class LoopHandle(Protocol):
     status: AgentStatus
     options: AgentOptions
     current_tools: tuple[ToolSchema, ...]
+    account: Account | None
 
     async def send(
         self, content: Content, source: Source, reject_pending: bool = False
@@ -273,6 +277,16 @@ class Agent:
         """The tokens this session's model and summarizer calls used, from its log (a fork
         child's seed is its parent's usage and is not counted again)."""
         return self.session.usage()
+
+    def spent(self) -> Spend:
+        """What this agent's model calls cost (tokens, calls, dollars or None if a price is
+        unknown). With a budget in its tree: this agent and its subagents, live, as the
+        budget counts (docs/budgets.md); without: this session's own calls, from its log.
+        Summarizer (compaction) calls are included."""
+        account = self._loop.account
+        if account is not None:
+            return account.spent
+        return session_ledger(self.session.meta, self.session.events).total
 
     async def compact(self) -> TurnResult:
         """Compact now, recorded as a one-shot turn (`turn/start{trigger: compaction}` …

@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator
 from ...codecs.jsonvalue import EMPTY_OBJECT, FrozenDict, freeze_object, thaw_json
 from ..errors import InvalidToolSchema, McpConfigError
 from ..lazy import lazy_exports
+from ..model.budget import Budget
 from ..model.header import (
     CacheBreakpoint,
     CacheTtl,
@@ -212,6 +213,9 @@ class AgentOptions:
     metadata: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
     extra_body: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
     extra_headers: FrozenDict = field(default=EMPTY_OBJECT, converter=freeze_object)
+    budget: Budget | None = None
+    """The most this agent and its subagents may spend (docs/budgets.md); None: no limit
+    of its own (a subagent still draws from its root's)."""
     mcp: tuple[str, ...] = field(default=(), converter=_server_names)
     """The runtime's MCP servers (`Runtime.open(mcp=...)`) whose tools this agent gets,
     after its own tools, in this order (docs/mcp.md)."""

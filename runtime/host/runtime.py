@@ -44,6 +44,7 @@ from ..stores.ids import check_session_id
 from ..stores.loading import fork_point, gc_paused, load_session, load_stored
 from ..stores.snapshots import snapshot_store
 from ..stores.urls import open_store
+from .budgets import Budgets, labels_with_budget, stored_budget
 from .checked_provider import InvariantCheckedProvider
 from .telemetry import TelemetrySetting, Tracing, open_tracing
 
@@ -112,6 +113,8 @@ class Runtime:
         self.collector = collector if collector is not None else CollectorPolicy()
         self.hooks = HookRegistry()
         self._loops: dict[str, LoopActor] = {}
+        self.budgets = Budgets(store, self._loops)
+        """Budget accounts of the live agents (docs/budgets.md)."""
         self._leases: dict[str, Any] = {}
         self._default_provider = default_provider
         self._closing = False
@@ -262,7 +265,8 @@ class Runtime:
         provider = self.provider_for(options)
         self._refuse_live(session_id)
         await self.mcp.check(options)
-        meta = SessionMeta(session_id, labels=options.labels)
+        self.budgets.check(options, self.provider_for(options).name)
+        meta = SessionMeta(session_id, labels=labels_with_budget(options))
         lease = self._claim(session_id)
         try:
             await self.store.create(meta)
@@ -283,6 +287,7 @@ class Runtime:
         if options is not None:
             self.provider_for(options)
             await self.mcp.check(options)
+            self.budgets.check(options, self.provider_for(options).name)
         self._refuse_live(session_id)
         lease = self._claim(session_id)
         try:
@@ -290,6 +295,7 @@ class Runtime:
                 session = await load_stored(self.store, session_id, lease=lease)
                 options = options or _stored_options(session)
             provider = self.provider_for(options)
+            await self.budgets.preload(session, options)
         except BaseException:
             lease.release()
             raise
@@ -310,6 +316,7 @@ class Runtime:
         options = options or source_loop.options
         provider = self.provider_for(options)
         await self.mcp.check(options)
+        self.budgets.check(options, self.provider_for(options).name)
         if child_id is not None:
             await self._refuse_existing(child_id)  # the child id before the boundary (§5)
         # Fork first, then flush: the flush covers every event the child's seed holds, even
@@ -365,6 +372,7 @@ class Runtime:
             options = _stored_options(seeded)
         provider = self.provider_for(options)
         await self.mcp.check(options)
+        self.budgets.check(options, self.provider_for(options).name)
         await self._refuse_existing(point.child_id)
         lease = self._claim(point.child_id)
         try:
@@ -436,6 +444,7 @@ class Runtime:
         )
         self._loops[session.id] = loop
         self._leases[session.id] = lease
+        self.budgets.attach(loop, options)
         mailbox = self._supervisor.spawn(
             f"loop:{session.id}", loop.run, capacity=options.inbox_capacity
         )
@@ -456,6 +465,7 @@ class Runtime:
 
     def _loop_finished(self, loop: LoopActor) -> None:
         self.collector.after_finish()
+        self.budgets.detach(loop)
         if self._loops.get(loop.session.id) is loop:
             del self._loops[loop.session.id]
             lease = self._leases.pop(loop.session.id, None)
@@ -477,7 +487,8 @@ def _stored_options(session: Session) -> AgentOptions:
             f"session {session.id!r} has no stored request header to restore options from; "
             "pass options"
         )
-    return AgentOptions.restored(header, labels=session.meta.labels)
+    labels, budget = stored_budget(session.meta.labels)
+    return AgentOptions.restored(header, labels=labels, budget=budget)
 
 
 def _out_of_fds(exc: BaseException) -> bool:

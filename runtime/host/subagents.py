@@ -100,6 +100,9 @@ def subagent_tool(
         else:
             labels = {**child_options.labels, "parent_agent": parent.id, "parent_call": ctx.call_id}
             child = await runtime.spawn(_with_labels(child_options, labels), session_id=child_id)
+        # Before its first turn: the child's calls are charged to its parent's budget (a
+        # fork child is not charged for the seed it shares with the parent).
+        runtime.budgets.adopt(parent.id, child.id)
         if background:
             runtime.run_owned(parent, _answer_later(parent, child, task, ctx.call_id, keep_child))
             return f"Subagent {child.id} started; its answer will arrive as a context message."

@@ -10,8 +10,10 @@ from typing import Any, Literal, TypeAlias
 from attrs import field, frozen
 
 from ...codecs.jsonvalue import FrozenDict
+from ..model.budget import NO_SPEND, Spend
 from ..model.events import SessionEvent, TurnEnd, TurnEndKind, TurnStart
 from ..model.meta import SessionMeta
+from .ledger import session_ledger
 from .usage import UsageTotals, inherited_usage, session_usage
 
 SessionKind: TypeAlias = Literal["root", "fork", "subagent"]
@@ -50,6 +52,9 @@ class SessionSummary:
     inherited_turns: int = 0
     inherited_events: int = 0
     inherited_usage: UsageTotals = field(factory=UsageTotals)
+    spend: Spend = NO_SPEND
+    """What the session's own model and summarizer calls cost (docs/budgets.md): dollars
+    are None when a price is unknown."""
 
     @property
     def own_turns(self) -> int:
@@ -106,6 +111,7 @@ def summarize(meta: SessionMeta, events: Sequence[SessionEvent]) -> SessionSumma
         inherited_turns=_last_turn(events[: meta.seed_length or 0]),
         inherited_events=min(meta.seed_length or 0, len(events)),
         inherited_usage=inherited_usage(meta, events),
+        spend=session_ledger(meta, events).total,
     )
 
 

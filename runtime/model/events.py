@@ -8,6 +8,7 @@ from attrs import field, frozen
 
 from ...codecs.jsonvalue import FrozenDict, freeze_object
 from .approvals import ApprovalDecision, ApprovalRequest
+from .budget import BudgetReserve, BudgetSettle
 from .chunks import ErrorInfo, StreamChunk, TokenUsage
 from .header import EpochHeader, HeaderDelta
 from .messages import Content, Source, Text
@@ -39,6 +40,7 @@ TurnEndKind: TypeAlias = Literal[
     "disposed",
     "interrupted",
     "awaiting_approval",
+    "budget_exhausted",
 ]
 TriggerKind: TypeAlias = Literal["message", "injection", "compaction", "reconciliation", "approval"]
 HeaderReason: TypeAlias = Literal["initial", "resume", "fallback"]
@@ -245,6 +247,8 @@ EventData: TypeAlias = (
     | ToolReconcile
     | ApprovalRequest
     | ApprovalDecision
+    | BudgetReserve
+    | BudgetSettle
     | IgnorableData
 )
 
@@ -270,6 +274,8 @@ DATA_BY_TYPE: dict[str, type] = {
     "tool/reconcile": ToolReconcile,
     "approval/request": ApprovalRequest,
     "approval/decision": ApprovalDecision,
+    "budget/reserve": BudgetReserve,
+    "budget/settle": BudgetSettle,
 }
 TYPE_BY_DATA: dict[type, str] = {cls: name for name, cls in DATA_BY_TYPE.items()}
 

@@ -167,6 +167,7 @@ TurnResultReason: TypeAlias = Literal[
     "disposed",
     "discarded",
     "awaiting_approval",
+    "budget_exhausted",
 ]
 
 

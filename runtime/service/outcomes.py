@@ -6,15 +6,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..log.usage import usage_of
+from ..model.budget import Spend
 from ..model.chunks import TokenUsage
 from ..model.events import AssistantMessage, SessionEvent, StepStart, TurnEnd, TurnStart
 from ..model.hook_values import TurnResult
-from .schemas import TurnOutcome, Usage
+from .schemas import SpendReport, TurnOutcome, Usage
 
 
 def usage_json(usage: TokenUsage) -> Usage:
     """`TokenUsage` with every bucket present."""
     return Usage(usage.input, usage.output, usage.cache_read, usage.cache_write, usage.reasoning)
+
+
+def spend_report(spend: Spend) -> SpendReport:
+    """The response shape of a `Spend`."""
+    return SpendReport(spend.tokens, spend.model_calls, spend.usd)
 
 
 def turn_outcome(session_id: str, result: TurnResult) -> TurnOutcome:

@@ -19,6 +19,7 @@ from ..control.hooks import Listener
 from ..control.options import AgentOptions, Tool
 from ..errors import McpConfigError
 from ..mcp.specs import McpHttp, McpServer, McpStdio
+from ..model.budget import Budget
 from ..providers.base import Provider
 from .errors import ServeConfigError, UnknownProfile
 
@@ -209,6 +210,23 @@ def _tool_names(_instance: object, attribute: Any, value: tuple[str, ...]) -> No
 
 
 @frozen
+class BudgetTable:
+    """A profile's `budget = {usd = ..., tokens = ..., model_calls = ...}` (docs/budgets.md):
+    every agent of the profile, with its subagents, shares one."""
+
+    usd: float | None = None
+    tokens: int | None = None
+    model_calls: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.budget()  # a negative limit is refused as the file is read
+
+    def budget(self) -> Budget:
+        """The `Budget` the table declares."""
+        return Budget(self.usd, self.tokens, self.model_calls)
+
+
+@frozen
 class ProfileTable:
     """One `[profiles.NAME]` table of a TOML file."""
 
@@ -224,6 +242,8 @@ class ProfileTable:
     """Give agents the file's `[[skills]]` as a skill-catalogue session prefix."""
     mcp: tuple[str, ...] = ()
     """The `[mcp.NAME]` servers whose tools the profile's agents get."""
+    budget: BudgetTable | None = None
+    """What each of the profile's agents (with its subagents) may spend."""
     default: bool = False
 
 
@@ -349,6 +369,7 @@ def _toml_options(spec: ProfileTable) -> OptionsFactory:
             max_tokens=spec.max_tokens,
             context_window=spec.context_window,
             mcp=spec.mcp,
+            budget=None if spec.budget is None else spec.budget.budget(),
         )
         tools: list[Tool] = []
         if "lookup" in spec.tools:

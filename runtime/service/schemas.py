@@ -167,6 +167,7 @@ TURN_REASONS = (
     "interrupted",
     "discarded",
     "awaiting_approval",
+    "budget_exhausted",
 )
 
 
@@ -273,6 +274,26 @@ USAGE_REPORT_SCHEMA = object_schema(
 
 
 @frozen
+class SpendReport:
+    """What model calls cost (docs/budgets.md): tokens (billed input plus output), calls,
+    and dollars by genai-prices (null when a price is unknown or the extra is missing)."""
+
+    tokens: int
+    model_calls: int
+    usd: float | None
+
+
+SPEND_SCHEMA = object_schema(
+    {
+        "tokens": {"type": "integer", "minimum": 0},
+        "model_calls": {"type": "integer", "minimum": 0},
+        "usd": nullable({"type": "number", "minimum": 0}),
+    },
+    ("tokens", "model_calls", "usd"),
+)
+
+
+@frozen
 class Lineage:
     """A fork child's parent and seed length (both null for a session that is no fork)."""
 
@@ -297,6 +318,10 @@ class SessionDetail:
     open_turn: int | None
     header: Any
     usage: UsageReport
+    spend: SpendReport
+    """The session's own model and summarizer calls."""
+    subtree_spend: SpendReport
+    """The session's and every stored subagent session's below it."""
 
 
 SESSION_DETAIL_SCHEMA = object_schema(
@@ -319,6 +344,8 @@ SESSION_DETAIL_SCHEMA = object_schema(
         "open_turn": nullable({"type": "integer"}),
         "header": nullable({"type": "object"}),
         "usage": USAGE_REPORT_SCHEMA,
+        "spend": SPEND_SCHEMA,
+        "subtree_spend": SPEND_SCHEMA,
     },
     (
         "id",
@@ -333,6 +360,8 @@ SESSION_DETAIL_SCHEMA = object_schema(
         "open_turn",
         "header",
         "usage",
+        "spend",
+        "subtree_spend",
     ),
 )
 

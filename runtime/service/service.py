@@ -24,6 +24,7 @@ from ..errors import (
     VerificationFailed,
 )
 from ..host.runtime import Runtime
+from ..log.ledger import session_ledger
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
 from ..log.verify import verify_log
@@ -32,6 +33,7 @@ from ..model.messages import Content
 from ..model.meta import DamagedSession
 from ..stores.ids import check_session_id
 from ..stores.loading import load_session
+from ..stores.spend import tree_spend
 from .bodies import (
     Cancel,
     CreateSession,
@@ -44,7 +46,7 @@ from .drain import Drain
 from .durable_keys import DurableKeys, ReplayFlag, SendKeys
 from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
-from .outcomes import outcome_from_log, turn_outcome, usage_json
+from .outcomes import outcome_from_log, spend_report, turn_outcome, usage_json
 from .profiles import PROFILE_LABEL, ProfileRegistry
 from .runs import Ticket, TurnLine
 from .schemas import (
@@ -346,6 +348,8 @@ class SessionService:
                 compaction_calls=usage.compaction_calls,
                 cached_fraction=usage.cached_fraction,
             ),
+            spend=spend_report(session_ledger(meta, session.events).total),
+            subtree_spend=spend_report((await tree_spend(self.runtime.store, session_id)).total),
         )
 
     async def dispose(self, session_id: str) -> SessionState:

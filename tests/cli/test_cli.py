@@ -734,6 +734,7 @@ def test_a_piped_list_keeps_ids_whole_and_every_column_the_readme_names(
         "turns",
         "tokens in/out",
         "cached",
+        "cost",
         "created",
         "parent",
     ]

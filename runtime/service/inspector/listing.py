@@ -24,7 +24,7 @@ from ..errors import InvalidRequestBody
 from .timeline import CANCELLED_TOOL_CODES
 
 SortKey: TypeAlias = Literal[
-    "tree", "id", "created", "activity", "turns", "tokens", "errors", "latency"
+    "tree", "id", "created", "activity", "turns", "tokens", "cost", "errors", "latency"
 ]
 SORT_KEYS: tuple[SortKey, ...] = (
     "tree",
@@ -33,12 +33,13 @@ SORT_KEYS: tuple[SortKey, ...] = (
     "activity",
     "turns",
     "tokens",
+    "cost",
     "errors",
     "latency",
 )
 """`tree` (the default) lists oldest first with forks and subagents under their parent;
 the others sort the flat list by that column."""
-SUMMARY_SORTS = frozenset({"activity", "turns", "tokens", "errors", "latency"})
+SUMMARY_SORTS = frozenset({"activity", "turns", "tokens", "cost", "errors", "latency"})
 """Sorts that need every matching session loaded (the others order by the listing alone)."""
 KINDS = ("root", "fork", "subagent")
 STATUSES = (
@@ -52,6 +53,7 @@ STATUSES = (
     "error",
     "rejected",
     "max-tokens",
+    "budget_exhausted",
     "damaged",
 )
 PARAMETERS = frozenset({"q", "status", "kind", "sort", "page", "per_page"})

@@ -23,6 +23,7 @@ from ...cli.render import (
     timestamp,
     tokens,
 )
+from ...log.prices import format_usd
 from ...model.events import DATA_BY_TYPE, SessionEvent
 from ...model.messages import Block, Reasoning, Text, ToolCall
 from .cache_notes import harmless, why_uncached
@@ -111,6 +112,7 @@ def environment() -> Environment:
         iso=iso_utc,
         timestamp=timestamp,
         tokens=tokens,
+        usd=format_usd,
         percent=percent,
         plural=plural,
         ms=milliseconds,

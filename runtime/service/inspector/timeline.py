@@ -231,7 +231,7 @@ def turn_marks(reason: TurnEndReason | None) -> tuple[Mark, ...]:
         return (Mark("repaired", "interrupted: closed by crash repair"),)
     if kind == "error":
         return (Mark("error", reason_text(reason)),)
-    if kind in ("rejected", "max-tokens"):
+    if kind in ("rejected", "max-tokens", "budget_exhausted"):
         return (Mark("warning", reason_text(reason)),)
     return ()
 

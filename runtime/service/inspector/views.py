@@ -18,9 +18,11 @@ from ...log.rebuild import RebuiltRequest, rebuild_request
 from ...log.session import Session
 from ...log.summary import SessionSummary, summarize
 from ...model.approvals import PendingApproval
+from ...model.budget import Spend
 from ...model.events import AssistantMessage, SessionEvent
 from ...model.header import EpochHeader
 from ...model.meta import DamagedSession, SessionMeta
+from ...stores.spend import tree_spend
 from ..errors import hide_directories
 from ..service import SessionService
 from .chart import CacheChart, cache_chart
@@ -91,6 +93,9 @@ class SessionPage:
     subagents: FrozenDict
     pending: tuple[PendingApproval, ...] = ()
     """The tool calls waiting for a decision (a turn that ended `awaiting_approval`)."""
+    subtree_spend: Spend | None = None
+    """What the session and its stored subagent sessions cost together (the session page
+    only; docs/budgets.md)."""
 
     def forks_in(self, start_seq: int, end_seq: int | None) -> tuple[ForkPoint, ...]:
         """The forks taken at a seq from `start_seq` to `end_seq` (open: to the end)."""
@@ -258,6 +263,7 @@ SORT_VALUES: dict[str, Callable[[SessionRow], Any]] = {
     "activity": _summary_value(lambda summary: summary.last_event_at),
     "turns": _summary_value(lambda summary: summary.own_turns),
     "tokens": _summary_value(lambda summary: summary.usage.total.prompt_total),
+    "cost": _summary_value(lambda summary: summary.spend.usd),
     "errors": _stats_value(lambda stats: stats.errors),
     "latency": _stats_value(lambda stats: stats.latency_ms),
 }
@@ -306,7 +312,9 @@ async def session_page(service: SessionService, session_id: str) -> SessionPage:
     """One session's summary and timeline, its fork points and the subagent sessions its
     tool calls spawned."""
     session = await service.session(session_id)
-    return _page(service, session_id, session, await service.runtime.list_sessions())
+    page = _page(service, session_id, session, await service.runtime.list_sessions())
+    subtree = await tree_spend(service.runtime.store, session_id)
+    return evolve(page, subtree_spend=subtree.total)
 
 
 async def tree_page(service: SessionService, session_id: str) -> TreePage:
