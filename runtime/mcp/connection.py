@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -32,6 +32,8 @@ from .specs import McpHttp, McpServer
 log = logging.getLogger("actorloop.runtime.mcp")
 
 _LIST_CHANGED = "notifications/tools/list_changed"
+EFFECT_KEY_META = "actorloop/effect-key"
+"""The `_meta` key of a `tools/call` that carries the call's effect key (docs/mcp.md)."""
 
 # The SDK's own defaults for MCP over HTTP: a server may hold a response stream open.
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
@@ -118,9 +120,17 @@ class McpConnection:
         await self._live()
         return self._listing
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> CallResult:
-        """Call the server's tool `tool`; its content mapped to text blocks (docs/mcp.md)."""
-        result = await self._request(lambda session: session.call_tool(tool, arguments))
+    async def call(
+        self, tool: str, arguments: dict[str, Any], effect_key: str | None = None
+    ) -> CallResult:
+        """Call the server's tool `tool`; its content mapped to text blocks (docs/mcp.md).
+        An `effect_key` travels in the request's `_meta` as `EFFECT_KEY_META`, for a
+        server to deduplicate a re-run call (docs/effects.md)."""
+        # The meta is an open map: a key of our own rides beside the reserved ones.
+        meta = (
+            None if not effect_key else cast(types.RequestParamsMeta, {EFFECT_KEY_META: effect_key})
+        )
+        result = await self._request(lambda session: session.call_tool(tool, arguments, meta=meta))
         return CallResult(result_content(result), bool(result.is_error))
 
     async def _live(self) -> _Link:

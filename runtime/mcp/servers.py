@@ -16,7 +16,7 @@ from ..control.hooks import HookRegistry, Next
 from ..control.options import AgentOptions, Tool
 from ..errors import McpConfigError, McpServerNotConfigured, McpToolError, McpToolNameClash
 from ..model.messages import Text
-from .specs import McpServer, check_servers, tool_name
+from .specs import McpServer, check_servers, needs_approval, tool_name
 
 if TYPE_CHECKING:
     from ..control.handle import Agent
@@ -127,6 +127,7 @@ class McpServers:
                 listed.description,
                 listed.parameters,
                 _executor(connection, listed.name),
+                needs_approval=needs_approval(connection.server, listed.name),
             )
             for listed in connection.listing
         )
@@ -154,7 +155,7 @@ def _without_clashes(local: Sequence[Tool], served: Sequence[tuple[str, Tool]]) 
 
 def _executor(connection: McpConnection, remote: str) -> Any:
     async def execute(arguments: dict[str, Any], ctx: ToolContext) -> tuple[Text, ...]:
-        result = await connection.call(remote, arguments)
+        result = await connection.call(remote, arguments, ctx.effect_key)
         if result.is_error:
             text = "\n".join(block.text for block in result.content)
             raise McpToolError(text or f"the MCP tool {remote!r} reported an error")

@@ -37,6 +37,18 @@ def _all_str(what: str, values: Iterable[Any]) -> None:
             raise McpConfigError(f"{what} must hold only str, got {type(value).__name__}")
 
 
+def _approvals(value: bool | Iterable[str]) -> bool | tuple[str, ...]:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        raise McpConfigError(
+            f"needs_approval must be a bool or a sequence of tool names, got {value!r}"
+        )
+    names = tuple(value)
+    _all_str("needs_approval tool names", names)
+    return names
+
+
 def _check_prefix(prefix: str | None) -> None:
     if prefix is not None and (not isinstance(prefix, str) or not prefix):
         raise McpConfigError(f"prefix must be a non-empty str or None, got {prefix!r}")
@@ -49,7 +61,9 @@ class McpStdio:
     `command` is the program (with `args`), or a sequence whose first item is the program
     and whose rest are its arguments (`McpStdio(["python", "server.py"])`). `env` is added
     over the SDK's safe inherited environment; `cwd` is the child's working directory.
-    `prefix` renames the server's tools to `{prefix}_{name}`.
+    `prefix` renames the server's tools to `{prefix}_{name}`. `needs_approval`: True puts
+    every tool of the server behind a decision (docs/approvals.md), a sequence of the
+    server's tool names only those.
     """
 
     command: str | tuple[str, ...] = field(converter=_command)
@@ -57,6 +71,7 @@ class McpStdio:
     env: tuple[tuple[str, str], ...] | None = field(default=None, converter=_env)
     cwd: str | None = None
     prefix: str | None = None
+    needs_approval: bool | tuple[str, ...] = field(default=False, converter=_approvals)
 
     def __attrs_post_init__(self) -> None:
         argv = self.argv
@@ -79,11 +94,13 @@ class McpStdio:
 @frozen
 class McpHttp:
     """An MCP server reached over streamable HTTP at `url`, with extra request `headers`
-    (an `Authorization` header, for instance). `prefix` as for `McpStdio`."""
+    (an `Authorization` header, for instance). `prefix` and `needs_approval` as for
+    `McpStdio`."""
 
     url: str
     headers: tuple[tuple[str, str], ...] = field(default=(), converter=_headers)
     prefix: str | None = None
+    needs_approval: bool | tuple[str, ...] = field(default=False, converter=_approvals)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
@@ -113,6 +130,12 @@ def check_servers(servers: Mapping[str, McpServer] | None) -> dict[str, McpServe
             )
         checked[name] = server
     return checked
+
+
+def needs_approval(server: McpServer, name: str) -> bool:
+    """Whether calls of the server's tool `name` (its own name) wait for a decision."""
+    rule = server.needs_approval
+    return rule if isinstance(rule, bool) else name in rule
 
 
 def tool_name(server: McpServer, name: str) -> str:

@@ -257,6 +257,8 @@ class McpTable:
     url: str | None = None
     headers: dict[str, str] | None = None
     prefix: str | None = None
+    needs_approval: bool | tuple[str, ...] = False
+    """True, or the server's tool names whose calls wait for a decision."""
 
     def server(self) -> McpServer:
         """The server spec the table declares."""
@@ -265,11 +267,22 @@ class McpTable:
         if self.url is not None:
             if self.env is not None or self.cwd is not None:
                 raise ValueError("env and cwd are for command servers")
-            return McpHttp(self.url, headers=self.headers, prefix=self.prefix)
+            return McpHttp(
+                self.url,
+                headers=self.headers,
+                prefix=self.prefix,
+                needs_approval=self.needs_approval,
+            )
         if self.headers is not None:
             raise ValueError("headers are for url servers")
         assert self.command is not None
-        return McpStdio(self.command, env=self.env, cwd=self.cwd, prefix=self.prefix)
+        return McpStdio(
+            self.command,
+            env=self.env,
+            cwd=self.cwd,
+            prefix=self.prefix,
+            needs_approval=self.needs_approval,
+        )
 
 
 @frozen
@@ -297,6 +310,15 @@ def _strict_converter() -> cattrs.Converter:
     exactly(int, int)
     exactly(bool, bool)
     exactly(float, int, float)
+
+    def approval_rule(value: Any, _: type) -> bool | tuple[str, ...]:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return tuple(value)
+        raise TypeError(f"expected true, false or a list of tool names, got {value!r}")
+
+    converter.register_structure_hook(bool | tuple[str, ...], approval_rule)
     return converter
 
 

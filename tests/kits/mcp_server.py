@@ -8,7 +8,8 @@ Tools: `echo`, `ordered` (a schema whose keys are not sorted), `fail` (an `isErr
 result), `crash` (the process kills itself mid-call), `stall` (never answers; records the
 cancellation it receives), `wait_stalled` / `wait_cancelled` (answer once a stall runs / a
 cancellation arrived: the tests wait on these, never on time), `wait_settled` (answers, once
-no stall runs, how many stalls started and how many were cancelled), `add_tool` (adds a tool and
+no stall runs, how many stalls started and how many were cancelled), `effect_key` (the
+effect key the call's `_meta` carried), `add_tool` (adds a tool and
 sends `notifications/tools/list_changed`), `picture` (an image result).
 """
 
@@ -105,6 +106,13 @@ async def wait_settled() -> str:
     """Answer once no `stall` call runs: `started <n> cancelled <m>`."""
     await _until(lambda: stalls_running == 0)
     return f"started {stalls_started} cancelled {cancellations}"
+
+
+@server.tool()
+def effect_key(ctx: Context) -> str:
+    """Answer with the effect key the call's `_meta` carried (empty: none)."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("actorloop/effect-key", ""))
 
 
 @server.tool()

@@ -79,3 +79,30 @@ def test_a_malformed_mcp_table_is_refused(tmp_path: Path, text: str, problem: st
     with pytest.raises(ServeConfigError) as caught:
         config_from(tmp_path, text, ScriptedProvider([]))
     assert problem in str(caught.value)
+
+
+def test_a_table_puts_tools_behind_a_decision(tmp_path: Path) -> None:
+    app_config = config_from(
+        tmp_path,
+        """
+[mcp.all]
+url = "http://127.0.0.1:9/mcp"
+needs_approval = true
+
+[mcp.some]
+command = ["python", "server.py"]
+needs_approval = ["pay", "delete"]
+
+[profiles.p]
+mcp = ["all", "some"]
+""",
+        ScriptedProvider([]),
+    )
+    assert app_config.mcp["all"].needs_approval is True
+    assert app_config.mcp["some"].needs_approval == ("pay", "delete")
+    with pytest.raises(ServeConfigError, match="some"):
+        config_from(
+            tmp_path,
+            '[mcp.some]\ncommand = ["python"]\nneeds_approval = "pay"\n[profiles.p]\n',
+            ScriptedProvider([]),
+        )
