@@ -203,6 +203,7 @@ async def test_allow_nosniff_required_bodies_and_an_access_log_without_headers(
         "/v1/sessions/{id}/cancel": False,
         "/v1/sessions/{id}/fork": False,
         "/v1/sessions/{id}/resume": False,
+        "/v1/sessions/{id}/approvals/{call_id}": True,
     }
 
 
