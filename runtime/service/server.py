@@ -96,6 +96,10 @@ class ServerControl:
             service.drain.force()
 
 
+KEEP_ALIVE_MAX_REQUESTS = 1_000_000
+"""Requests one keep-alive connection may carry before the server closes it."""
+
+
 def hypercorn_config(settings: ServeSettings) -> Config:
     """Hypercorn's configuration: our bind, our error logger, and a graceful timeout past
     the drain's grace period (turns cancelled after it still close and answer). Hypercorn's
@@ -105,6 +109,9 @@ def hypercorn_config(settings: ServeSettings) -> Config:
     config.errorlog = logging.getLogger("actorloop.http")
     config.accesslog = None
     config.graceful_timeout = settings.grace_seconds + 10.0
+    # Hypercorn's default closes a keep-alive connection after 1,000 requests, which makes
+    # a busy client reconnect (a TCP and, behind a proxy, a TLS handshake) every 1,000 sends.
+    config.keep_alive_max_requests = KEEP_ALIVE_MAX_REQUESTS
     return config
 
 

@@ -199,3 +199,32 @@ async def test_http2_early_answers_without_a_token_and_on_the_inspector(
         ]
         await survives(server, model, lambda: early_answers(server, cases))
     assert http_errors(caplog) == []
+
+
+async def test_a_keep_alive_connection_carries_more_than_a_thousand_requests() -> None:
+    # Hypercorn's own default would close it after the 1,000th answer.
+    async with running_server(app_config_for(HeldModel())) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            request = f"GET /healthz HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+            buffer = b""
+            for answered in range(1, 1_101):
+                await stream.send_all(request)
+                while b"\r\n\r\n" not in buffer:
+                    chunk = await stream.receive_some()
+                    assert chunk, f"the server closed the connection after {answered - 1}"
+                    buffer += chunk
+                head, buffer = buffer.split(b"\r\n\r\n", 1)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                length = int(
+                    next(
+                        line.split(b":", 1)[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    )
+                )
+                while len(buffer) < length:
+                    buffer += await stream.receive_some()
+                buffer = buffer[length:]
+                assert b"connection: close" not in head.lower(), answered
