@@ -15,7 +15,7 @@ from jsonschema.exceptions import best_match
 
 from ...codecs.jsonvalue import MAX_SAFE_INT
 from ..errors import ErrorCode
-from ..model.messages import Content
+from ..model.messages import Content, Text
 from .approval_shapes import DECIDE_SCHEMA, Decide
 from .errors import InvalidRequestBody
 from .schemas import (
@@ -249,3 +249,15 @@ def parse_body(raw: bytes, cls: type[T]) -> T:
         raise InvalidRequestBody(f"{error.json_path}: {message}", ErrorCode.VALIDATION_FAILED)
     structured: T = plain.structure(value, cls)
     return structured
+
+
+def check_message(content: Content, limit: int) -> None:
+    """Refuse a message above `limit` characters (413 MESSAGE_TOO_LARGE) before it reaches
+    the log, where it would be part of every later request of the session."""
+    size = sum(len(block.text) for block in content if isinstance(block, Text))
+    if size > limit:
+        raise InvalidRequestBody(
+            f"the message has {size} characters; this server takes at most {limit} per "
+            "message (serve --max-message-chars)",
+            ErrorCode.MESSAGE_TOO_LARGE,
+        )

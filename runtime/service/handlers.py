@@ -16,13 +16,21 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ...codecs.converter import encode_event, unstructure
-from ..errors import ErrorCode
 from ..log.rebuild import RebuiltRequest
 from ..model.events import SessionEvent
-from ..model.messages import Content, Text
 from .approval_shapes import Decide
 from .approvals import decide, pending_list
-from .bodies import Cancel, CreateSession, Fork, Inject, Resume, SendMessage, Steer, parse_body
+from .bodies import (
+    Cancel,
+    CreateSession,
+    Fork,
+    Inject,
+    Resume,
+    SendMessage,
+    Steer,
+    check_message,
+    parse_body,
+)
 from .drain import Drain
 from .durable_keys import ReplayFlag, StoredResponse
 from .errors import InvalidRequestBody
@@ -134,18 +142,6 @@ async def _unless_disconnected(request: Request, work: Callable[[], Awaitable[An
         result = await work()
         nursery.cancel_scope.cancel()
     return result
-
-
-def check_message(content: Content, limit: int) -> None:
-    """Refuse a message above `limit` characters (413 MESSAGE_TOO_LARGE) before it reaches
-    the log, where it would be part of every later request of the session."""
-    size = sum(len(block.text) for block in content if isinstance(block, Text))
-    if size > limit:
-        raise InvalidRequestBody(
-            f"the message has {size} characters; this server takes at most {limit} per "
-            "message (serve --max-message-chars)",
-            ErrorCode.MESSAGE_TOO_LARGE,
-        )
 
 
 def request_detail(rebuilt: RebuiltRequest) -> RequestDetail:

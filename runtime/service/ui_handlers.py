@@ -15,7 +15,7 @@ from ..errors import ErrorCode, SessionExists
 from ..model.messages import Content
 from ..stores.ids import check_session_id
 from . import ui_message_stream as ui
-from .bodies import CreateSession
+from .bodies import CreateSession, check_message
 from .errors import error_response
 from .service import SessionService
 from .turn_stream import Position, TurnStreamResponse, turn_start_before
@@ -43,8 +43,6 @@ class UiStreams:
         self.max_message_chars = max_message_chars
 
     def _check(self, content: Content) -> None:
-        from .handlers import check_message
-
         check_message(content, self.max_message_chars)
 
     async def chat(self, request: Request) -> Response:

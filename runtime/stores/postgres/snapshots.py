@@ -7,8 +7,8 @@ it, the rows before it read on first access through the pool. The store's method
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -22,6 +22,7 @@ from ...model.events import SessionEvent
 from ...model.meta import SessionMeta
 from ...model.snapshot import SNAPSHOT_VERSION, FoldSnapshot
 from ..base import (
+    Loaded,
     RowSource,
     parent_of,
     plan_repair,
@@ -32,10 +33,58 @@ from ..base import (
 from ..ids import check_session_id
 from ..leases import Lease
 from ..snapshots import SnapshotCounters, checked_snapshot, checked_tail, restored_session
-from .claims import Claim
+from .claims import Claim, Claims
+from .connections import Connections
+from .stored import StoredRow
 
-if TYPE_CHECKING:
-    from .store import PostgresStore, _Stored
+T = TypeVar("T")
+
+
+class SnapshotHost(Protocol):
+    """What these functions use of the store they are the snapshot methods of (the
+    `PostgresStore` of store.py, which derives from `FoldSnapshots`)."""
+
+    node: str | None
+    snapshot_state: SnapshotState
+    _claims: Claims
+    _connections: Connections
+
+    @property
+    def snapshots(self) -> bool: ...
+
+    async def execute(self, work: Callable[[psycopg.Connection], T]) -> T: ...
+
+    async def load(
+        self, session_id: str, *, lease: Lease | None = None, repair: bool = True
+    ) -> Loaded: ...
+
+    def _where(self, session_id: str, seq: int | None = None) -> str: ...
+
+    def _stored(
+        self, conn: psycopg.Connection, session_id: str, *, lock: bool = False
+    ) -> StoredRow | None: ...
+
+    def _need(
+        self, conn: psycopg.Connection, session_id: str, *, lock: bool = False
+    ) -> StoredRow: ...
+
+    def _take(
+        self, conn: psycopg.Connection, session_id: str, claim: Claim
+    ) -> tuple[StoredRow, int]: ...
+
+    def _taken(self, claim: Claim | None, epoch: int, started: float) -> None: ...
+
+    def _load_all(self, conn: psycopg.Connection, stored: StoredRow) -> list[SessionEvent]: ...
+
+    def _append_fixes(
+        self,
+        conn: psycopg.Connection,
+        session_id: str,
+        fixes: Sequence[SessionEvent],
+        epoch: int,
+        owner: str | None,
+    ) -> None: ...
+
 
 SNAPSHOTS_TABLE = """CREATE TABLE IF NOT EXISTS actorloop.snapshots (
     session_id text PRIMARY KEY,
@@ -88,18 +137,18 @@ class FoldSnapshots:
     async def save_snapshot(self, session_id: str, snapshot: FoldSnapshot) -> None:
         """Keep `snapshot` as the session's latest, keyed to its last row."""
         if self.snapshots:
-            await save(cast("PostgresStore", self), session_id, snapshot)
+            await save(cast(SnapshotHost, self), session_id, snapshot)
 
     async def load_folded(
         self, session_id: str, *, lease: Lease | None = None, repair: bool = True
     ) -> Session:
         """`load` as a `Session`, from the latest valid fold snapshot when there is one."""
         check_session_id(session_id)
-        store = cast("PostgresStore", self)
+        store = cast(SnapshotHost, self)
         return await load_folded(store, session_id, lease=lease, repair=repair)
 
 
-async def save(store: PostgresStore, session_id: str, snapshot: FoldSnapshot) -> None:
+async def save(store: SnapshotHost, session_id: str, snapshot: FoldSnapshot) -> None:
     """`SAVE_SNAPSHOT`, keyed to the stored row at the snapshot's last seq."""
     body = encode_snapshot(snapshot)
     values = (SNAPSHOT_VERSION, body, snapshot_crc(session_id, body), session_id)
@@ -125,14 +174,14 @@ def _create_table(conn: psycopg.Connection) -> None:
 
 
 async def load_folded(
-    store: PostgresStore, session_id: str, *, lease: Lease | None, repair: bool
+    store: SnapshotHost, session_id: str, *, lease: Lease | None, repair: bool
 ) -> Session:
     """`store.load` as a `Session`, from the latest valid snapshot when there is one."""
 
-    def folded(conn: psycopg.Connection, stored: _Stored, repair_now: bool) -> Session | None:
+    def folded(conn: psycopg.Connection, stored: StoredRow, repair_now: bool) -> Session | None:
         return _restored(store, conn, stored, repair=repair_now)
 
-    def full(conn: psycopg.Connection, stored: _Stored) -> tuple[Session, Sequence[SessionEvent]]:
+    def full(conn: psycopg.Connection, stored: StoredRow) -> tuple[Session, Sequence[SessionEvent]]:
         events = store._load_all(conn, stored)
         fixes = plan_repair(stored.meta, events, lambda seq: store._where(session_id, seq))
         session = Session.from_loaded(session_id, (*events, *fixes), stored.meta)
@@ -192,7 +241,7 @@ async def load_folded(
 
 
 def _restored(
-    store: PostgresStore, conn: psycopg.Connection, stored: _Stored, *, repair: bool
+    store: SnapshotHost, conn: psycopg.Connection, stored: StoredRow, *, repair: bool
 ) -> Session | None:
     """The session from its snapshot (closers appended, not written, when `repair`); None
     (reported) when there is none or it does not check out."""
@@ -244,7 +293,7 @@ def _restored(
 
 
 def _lineage(
-    store: PostgresStore, conn: psycopg.Connection, meta: SessionMeta
+    store: SnapshotHost, conn: psycopg.Connection, meta: SessionMeta
 ) -> tuple[tuple[str, int], ...]:
     """Per session of the fork chain, child first: its id and its first own seq."""
     chain = [(meta.id, meta.seed_length or 0)]
@@ -259,7 +308,7 @@ def _lineage(
 
 
 def _lazy_read(
-    store: PostgresStore,
+    store: SnapshotHost,
     meta: SessionMeta,
     head: int,
     length: int,
@@ -290,7 +339,7 @@ def _lazy_read(
 
 
 def _lazy_pick(
-    store: PostgresStore,
+    store: SnapshotHost,
     lineage: tuple[tuple[str, int], ...],
     seqs: Sequence[int],
     loading: list[psycopg.Connection],

@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 
 import psycopg
 import trio
-from attrs import frozen
 
 from ....codecs.rows import (
     READ_COLUMNS,
@@ -80,6 +79,7 @@ from .config import parse_url
 from .connections import Connections
 from .keeper import LeaseKeeper
 from .locks import rolled_back
+from .stored import StoredRow
 from .sweep import Swept, sweep
 
 T = TypeVar("T")
@@ -97,13 +97,6 @@ _INSERT_SESSION = (
 IN_DOUBT = 0.5
 """A lease not renewed for this share of `lease_s` (the process was paused, or cut off from
 the database) may have been taken over: `owns` asks the database before it answers."""
-
-
-@frozen
-class _Stored:
-    meta: SessionMeta
-    head: int
-    owner: Owner
 
 
 class PostgresStore(pg_snapshots.FoldSnapshots):
@@ -157,7 +150,7 @@ class PostgresStore(pg_snapshots.FoldSnapshots):
 
     def _stored(
         self, conn: psycopg.Connection, session_id: str, *, lock: bool = False
-    ) -> _Stored | None:
+    ) -> StoredRow | None:
         row = conn.execute(
             f"SELECT {_SESSION_COLUMNS}, {_OWNER_COLUMNS} FROM actorloop.sessions WHERE id = %s"
             + (" FOR UPDATE" if lock else ""),
@@ -176,9 +169,9 @@ class PostgresStore(pg_snapshots.FoldSnapshots):
             raise SessionCorruptError(where, f"row names {meta.id!r}")
         if head < (meta.seed_length or 0):
             raise SessionCorruptError(where, f"acknowledged head {head} is below its fork seed")
-        return _Stored(meta, head, Owner(row[7], row[8], bool(row[9]), head))
+        return StoredRow(meta, head, Owner(row[7], row[8], bool(row[9]), head))
 
-    def _need(self, conn: psycopg.Connection, session_id: str, *, lock: bool = False) -> _Stored:
+    def _need(self, conn: psycopg.Connection, session_id: str, *, lock: bool = False) -> StoredRow:
         found = self._stored(conn, session_id, lock=lock)
         if found is None:
             raise SessionNotFound(session_id)
@@ -207,7 +200,9 @@ class PostgresStore(pg_snapshots.FoldSnapshots):
 
     # ownership -------------------------------------------------------------------------
 
-    def _take(self, conn: psycopg.Connection, session_id: str, claim: Claim) -> tuple[_Stored, int]:
+    def _take(
+        self, conn: psycopg.Connection, session_id: str, claim: Claim
+    ) -> tuple[StoredRow, int]:
         """Inside a transaction: lock the session row and hold `claim`'s epoch on it."""
         stored = self._need(conn, session_id, lock=True)
         epoch = self._claims.epoch_for(claim, session_id, stored.owner)
@@ -360,7 +355,7 @@ class PostgresStore(pg_snapshots.FoldSnapshots):
         else:
             await trio.lowlevel.checkpoint()
 
-    def _load_all(self, conn: psycopg.Connection, stored: _Stored) -> list[SessionEvent]:
+    def _load_all(self, conn: psycopg.Connection, stored: StoredRow) -> list[SessionEvent]:
         return self._events(conn, stored.meta, stored.head)
 
     async def load(
