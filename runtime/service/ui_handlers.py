@@ -4,14 +4,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import suppress
 
 import orjson
+import trio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..errors import ErrorCode, SessionExists
+from ..model.events import SessionEvent
 from ..model.messages import Content
 from ..stores.ids import check_session_id
 from . import ui_message_stream as ui
@@ -19,6 +22,9 @@ from .bodies import CreateSession, check_message
 from .errors import error_response
 from .service import SessionService
 from .turn_stream import Position, TurnStreamResponse, turn_start_before
+
+CATCH_UP_S = 5.0
+"""How long a reconnect waits for the event its `Last-Event-ID` names to be durable here."""
 
 
 class _Stream(Response):
@@ -76,9 +82,11 @@ class UiStreams:
         session_id = request.path_params["id"]
         await self.service.require(session_id)
         session = await self.service.session(session_id)
-        events = session.events
+        events: Sequence[SessionEvent] = session.events
         raw = request.headers.get("last-event-id")
         resume = None if raw is None else Position.parse(raw)
+        if resume is not None and resume.seq >= len(events):
+            events = await self._caught_up(session_id, resume.seq, events)
         if resume is None:
             start = None if session.open_turn is None else turn_start_before(events, len(events))
         else:
@@ -96,6 +104,19 @@ class UiStreams:
                 resume=resume,
             )
         )
+
+    async def _caught_up(
+        self, session_id: str, seq: int, events: Sequence[SessionEvent]
+    ) -> Sequence[SessionEvent]:
+        """The session's events once they hold `seq`: a client may have seen it streamed by
+        the owning instance before it was durable where it now reconnects. Waits at most
+        `CATCH_UP_S` (an id no stream gave is not waited for longer)."""
+        with trio.move_on_after(CATCH_UP_S):
+            while seq >= len(events):
+                generation = self.service.generation(session_id)
+                await self.service.wait_for_agent(session_id, generation, durable=len(events))
+                events = (await self.service.session(session_id)).events
+        return events
 
     async def ag_ui(self, request: Request) -> Response:
         """One AG-UI run: `RunAgentInput` in, AG-UI events out; the thread is the session
