@@ -478,3 +478,17 @@ async def test_after_a_commit_failed_the_next_write_names_that_failure(
     finally:
         lease.release()
         await store.close()
+
+
+async def test_a_transaction_left_idle_is_ended_by_the_server(pg_url: str) -> None:
+    # A process stopped mid-transaction must not hold its row locks until it runs again:
+    # every connection asks the server to end a transaction idle past 2 × lease_s (≥ 10 s).
+    store = PostgresStore(f"{pg_url}?lease_s=7")
+    try:
+
+        def setting(conn: psycopg.Connection) -> object:
+            return conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+
+        assert await store.execute(setting) == ("14s",)
+    finally:
+        await store.close()

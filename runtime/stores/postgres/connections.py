@@ -20,6 +20,11 @@ T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 5
 """libpq's connect timeout unless the URL sets one."""
+IDLE_IN_TRANSACTION_MIN_S = 10.0
+"""The floor of the server-side `idle_in_transaction_session_timeout` of every connection
+(2 × `lease_s` above it): a process stopped (SIGSTOP, a hung VM) in the middle of a
+transaction would otherwise hold its row locks until it runs again, and no other instance
+could take its sessions over; the server ends that transaction instead."""
 POOL_WAIT_S = 2.0
 """How long a call waits for a pooled connection before it is `StoreUnavailable`. Calls are
 limited to the pool's size, so a call waits only while connections cannot be made (the
@@ -47,6 +52,11 @@ class Connections:
         self._closed = False
 
     @property
+    def idle_ms(self) -> int:
+        """The connections' `idle_in_transaction_session_timeout`, in milliseconds."""
+        return round(max(2 * self.settings.lease_s, IDLE_IN_TRANSACTION_MIN_S) * 1000)
+
+    @property
     def opened(self) -> bool:
         """Whether the pool was opened (a call was made) and is not closed."""
         return self._pool is not None
@@ -60,6 +70,8 @@ class Connections:
                 if "connect_timeout" not in self.settings.conninfo:
                     kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
                 kwargs["application_name"] = f"actorloop {self.settings.node}"[:63]
+                if "options" not in self.settings.conninfo:
+                    kwargs["options"] = f"-c idle_in_transaction_session_timeout={self.idle_ms}"
                 pool = ConnectionPool(
                     self.settings.conninfo,
                     min_size=1,
