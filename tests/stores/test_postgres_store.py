@@ -373,6 +373,33 @@ async def test_a_row_planted_past_the_head_fails_its_session_alone(
     ]
 
 
+async def test_events_that_do_not_encode_fail_their_session_alone(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are encoded in the commit's worker thread as the COPY streams: a session whose
+    events do not encode writes nothing and fails alone; the others land."""
+    from actorloop.codecs import rows as codec_rows
+    from actorloop.runtime.stores.postgres import commit
+
+    logs = {sid: closed_log(sid, 1) for sid in ("e1", "e2", "e3")}
+    for session in logs.values():
+        await store.create(session.meta)
+
+    def event_rows(session_id: str, events: Any) -> Any:
+        if session_id == "e2":
+            raise ValueError("cannot encode")
+        return codec_rows.event_rows(session_id, events)
+
+    monkeypatch.setattr(commit, "event_rows", event_rows)
+    with pytest.raises(GroupCommitError) as info:
+        await store.append_batch([(sid, s.events) for sid, s in logs.items()])
+    [(failed, error)] = info.value.failures
+    assert failed == "e2" and isinstance(error, ValueError)
+    assert (await store.load("e1"))[1] == logs["e1"].events
+    assert (await store.load("e3"))[1] == logs["e3"].events
+    assert (await store.load("e2", repair=False))[1] == ()
+
+
 async def test_a_looping_lineage_is_corruption(store: PostgresStore, pg_url: str) -> None:
     from actorloop.codecs.rows import session_row
     from actorloop.runtime.log.session import SessionMeta
