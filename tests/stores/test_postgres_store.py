@@ -343,6 +343,63 @@ async def test_damage_in_the_rows_is_named_and_listed(store: PostgresStore, pg_u
         await store.append("s1", closed_log("s1", 2).events[13:])
 
 
+async def test_a_row_planted_past_the_head_fails_its_session_alone(
+    store: PostgresStore, pg_url: str
+) -> None:
+    """The group commit checks each head against the stored rows after its COPY (no
+    read of its own): a row past the new head, or a gap below the rows it adds, rolls
+    the commit back and the careful redo refuses that session alone."""
+    logs = {sid: closed_log(sid, 2) for sid in ("p", "q", "r")}
+    for sid, session in logs.items():
+        await store.create(session.meta)
+        await store.append(sid, session.events[:13])
+    sql(
+        pg_url,
+        "INSERT INTO actorloop.events (session_id, seq, type, time, body, crc, epoch) "
+        "SELECT session_id, 40, type, time, body, crc, epoch FROM actorloop.events "
+        "WHERE session_id = 'q' AND seq = 0",
+    )
+    sql(pg_url, "DELETE FROM actorloop.events WHERE session_id = 'r' AND seq = 12")
+    with pytest.raises(GroupCommitError) as info:
+        await store.append_batch([(sid, s.events[13:]) for sid, s in logs.items()])
+    failures = dict(info.value.failures)
+    assert sorted(failures) == ["q", "r"]
+    assert all(isinstance(error, SessionCorruptError) for error in failures.values())
+    assert "disagrees with the stored rows" in str(failures["q"])
+    assert (await store.load("p"))[1] == logs["p"].events
+    assert sql(pg_url, "SELECT id, head FROM actorloop.sessions WHERE id <> 'p' ORDER BY id") == [
+        ("q", 13),
+        ("r", 13),
+    ]
+
+
+async def test_events_that_do_not_encode_fail_their_session_alone(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are encoded in the commit's worker thread as the COPY streams: a session whose
+    events do not encode writes nothing and fails alone; the others land."""
+    from actorloop.codecs import rows as codec_rows
+    from actorloop.runtime.stores.postgres import commit
+
+    logs = {sid: closed_log(sid, 1) for sid in ("e1", "e2", "e3")}
+    for session in logs.values():
+        await store.create(session.meta)
+
+    def event_rows(session_id: str, events: Any) -> Any:
+        if session_id == "e2":
+            raise ValueError("cannot encode")
+        return codec_rows.event_rows(session_id, events)
+
+    monkeypatch.setattr(commit, "event_rows", event_rows)
+    with pytest.raises(GroupCommitError) as info:
+        await store.append_batch([(sid, s.events) for sid, s in logs.items()])
+    [(failed, error)] = info.value.failures
+    assert failed == "e2" and isinstance(error, ValueError)
+    assert (await store.load("e1"))[1] == logs["e1"].events
+    assert (await store.load("e3"))[1] == logs["e3"].events
+    assert (await store.load("e2", repair=False))[1] == ()
+
+
 async def test_a_looping_lineage_is_corruption(store: PostgresStore, pg_url: str) -> None:
     from actorloop.codecs.rows import session_row
     from actorloop.runtime.log.session import SessionMeta

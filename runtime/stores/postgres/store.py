@@ -32,8 +32,6 @@ import trio
 
 from ....codecs.rows import (
     READ_COLUMNS,
-    EventRow,
-    event_rows,
     head_of,
     meta_from_row,
     session_row,
@@ -74,7 +72,7 @@ from ..ids import check_session_id
 from ..leases import Lease
 from . import snapshots as pg_snapshots
 from .claims import Claim, Claims, Owner
-from .commit import GroupCommit, RowRefused, Write
+from .commit import GroupCommit, Pending, RowRefused, Write
 from .config import parse_url
 from .connections import Connections
 from .keeper import LeaseKeeper
@@ -315,7 +313,7 @@ class PostgresStore(pg_snapshots.FoldSnapshots):
             merged.setdefault(session_id, []).extend(events)
         if self._closed:
             raise StoreError(f"postgres store {self.url} is closed")
-        rows: dict[str, list[EventRow]] = {}
+        pending: dict[str, Sequence[SessionEvent]] = {}
         for session_id, events in merged.items():
             if not events:
                 continue
@@ -323,24 +321,22 @@ class PostgresStore(pg_snapshots.FoldSnapshots):
             if claim is not None and claim.fenced is not None:
                 failures[session_id] = claim.fenced  # fenced for good: no database call
                 continue
-            try:
-                rows[session_id] = event_rows(session_id, events)
-            except Exception as exc:
-                failures[session_id] = exc
-        if rows:
+            pending[session_id] = events
+        if pending:
             written: dict[str, Write] = {}
             try:
-                written = await self._run(partial(self._group_commit.commit, rows, failures))
+                commit = partial(self._group_commit.commit, Pending(pending), failures)
+                written = await self._run(commit)
             except StoreError as exc:
                 if not (isinstance(exc, StoreUnavailable) or rolled_back(exc)):
                     raise
                 # Not confirmed, or rolled back: every session of the commit failed (it
                 # landed whole or not at all); the store goes on with the next one.
-                for session_id, session_rows in rows.items():
+                for session_id, session_events in pending.items():
                     failures.setdefault(session_id, exc)
                     claim = self._claims.of(session_id)
                     if claim is not None and claim.unconfirmed is None:
-                        claim.unconfirmed = (session_rows[0][1], exc)
+                        claim.unconfirmed = (session_events[0].seq, exc)
             for write in written.values():
                 self._taken(write.claim, write.epoch, write.started)
         raise_failures(failures)
@@ -416,9 +412,8 @@ class PostgresStore(pg_snapshots.FoldSnapshots):
         epoch: int,
         owner: str | None,
     ) -> None:
-        write = Write(event_rows(session_id, fixes), epoch, owner, None)
         try:
-            self._group_commit.write(conn, {session_id: write}, {}, isolate=False)
+            self._group_commit.write_fixes(conn, session_id, fixes, epoch, owner)
         except RowRefused as exc:
             raise StoreError(
                 f"postgres {self.url}: repair of {session_id!r}: {exc.__cause__}"
