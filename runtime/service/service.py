@@ -12,7 +12,6 @@ from typing import Any
 import trio
 from attrs import evolve
 
-from ...codecs.converter import unstructure
 from ..control.handle import Agent
 from ..control.options import AgentOptions
 from ..errors import (
@@ -24,13 +23,11 @@ from ..errors import (
     VerificationFailed,
 )
 from ..host.runtime import Runtime
-from ..log.ledger import session_ledger
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
 from ..log.verify import verify_log
 from ..model.hook_values import TurnResult
 from ..model.messages import Content
-from ..model.meta import DamagedSession
 from ..stores.ids import check_session_id
 from ..stores.loading import load_session
 from ..stores.spend import tree_spend
@@ -46,14 +43,14 @@ from .drain import Drain
 from .durable_keys import DurableKeys, ReplayFlag, SendKeys
 from .errors import InvalidRequestBody, UnknownProfile
 from .idempotency import IdempotencyKeys, KeyEntry
-from .outcomes import outcome_from_log, spend_report, turn_outcome, usage_json
+from .outcomes import outcome_from_log, turn_outcome
 from .profiles import PROFILE_LABEL, ProfileRegistry
+from .reads import session_detail, session_page
 from .runs import Ticket, TurnLine
 from .schemas import (
     CancelOutcome,
     ForkOutcome,
     Health,
-    Lineage,
     ProfileInfo,
     ProfileList,
     ResumeOutcome,
@@ -61,9 +58,7 @@ from .schemas import (
     SessionPage,
     SessionState,
     SessionStatus,
-    SessionSummary,
     TurnOutcome,
-    UsageReport,
     VerifyOutcome,
 )
 
@@ -294,62 +289,17 @@ class SessionService:
         """Stored sessions in id order after `cursor`, at most `limit`."""
         if isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
             raise InvalidRequestBody(f"limit must be 1..{MAX_PAGE}, got {limit}")
-        stored = sorted(await self.runtime.list_sessions(), key=lambda meta: meta.id)
-        if cursor is not None:
-            stored = [meta for meta in stored if meta.id > cursor]
-        page = stored[:limit]
-        summaries = []
-        for meta in page:
-            if isinstance(meta, DamagedSession):
-                summaries.append(
-                    SessionSummary(meta.id, "damaged", False, None, None, None, {}, meta.problem)
-                )
-                continue
-            agent = self.runtime.get(meta.id)
-            summaries.append(
-                SessionSummary(
-                    id=meta.id,
-                    status=agent.status if agent is not None else "stored",
-                    live=agent is not None,
-                    created_at=meta.created_at,
-                    parent_session=meta.parent_session,
-                    seed_length=meta.seed_length,
-                    labels=dict(meta.labels),
-                )
-            )
-        more = len(stored) > limit
-        return SessionPage(tuple(summaries), page[-1].id if more and page else None)
+        return session_page(await self.runtime.list_sessions(), limit, cursor, self.runtime.get)
 
     async def detail(self, session_id: str) -> SessionDetail:
-        """Status, lineage, turns, the folded header and usage of one session."""
+        """Status, lineage, turns, the folded header, usage and spend of one session."""
         session = await self.session(session_id)
-        meta = session.meta
-        usage = session.usage()
-        header = session.header()
-        label = meta.labels.get(PROFILE_LABEL)
-        recorded = label.get("profile") if isinstance(label, Mapping) else None
-        return SessionDetail(
-            id=session_id,
-            status=self.status_of(session_id),
+        return session_detail(
+            session,
+            self.status_of(session_id),
             live=self.runtime.get(session_id) is not None,
-            profile=self.live_profile(session_id) or recorded,
-            created_at=meta.created_at,
-            lineage=Lineage(meta.parent_session, meta.seed_length),
-            labels=dict(meta.labels),
-            events=len(session),
-            turns=session.last_turn,
-            open_turn=session.open_turn,
-            header=None if header is None else unstructure(header),
-            usage=UsageReport(
-                model=usage_json(usage.model),
-                compaction=usage_json(usage.compaction),
-                total=usage_json(usage.total),
-                model_calls=usage.model_calls,
-                compaction_calls=usage.compaction_calls,
-                cached_fraction=usage.cached_fraction,
-            ),
-            spend=spend_report(session_ledger(meta, session.events).total),
-            subtree_spend=spend_report((await tree_spend(self.runtime.store, session_id)).total),
+            live_profile=self.live_profile(session_id),
+            subtree=(await tree_spend(self.runtime.store, session_id)).total,
         )
 
     async def dispose(self, session_id: str) -> SessionState:
