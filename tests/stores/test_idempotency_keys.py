@@ -11,21 +11,10 @@ from pathlib import Path
 import pytest
 import trio
 from attrs import evolve
+from store_kinds import KINDS, url_for
 
 from actorloop.runtime.stores import Store, open_store
 from actorloop.runtime.stores.idempotency import KeyRecord, key_table, settled
-
-KINDS = ("memory", "sqlite", "jsonl", "postgres")
-
-
-def url_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if kind == "postgres":
-        return str(request.getfixturevalue("pg_url"))
-    return {
-        "memory": "memory:",
-        "sqlite": f"sqlite:{tmp_path / 'store.db'}",
-        "jsonl": f"jsonl:{tmp_path / 'sessions'}",
-    }[kind]
 
 
 @pytest.fixture(params=KINDS)

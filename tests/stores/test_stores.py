@@ -23,6 +23,7 @@ from session_logs import (
     tool_call,
     tool_turn,
 )
+from store_kinds import KINDS, url_for
 
 from actorloop.codecs.converter import encode_event
 from actorloop.codecs.jsonl import frame
@@ -47,18 +48,6 @@ from actorloop.runtime.stores import jsonl as jsonl_store
 from actorloop.runtime.stores.ids import MAX_SESSION_ID_LENGTH, check_session_id
 from actorloop.runtime.stores.leases import lease_place
 from actorloop.runtime.stores.postgres import PostgresStore
-
-KINDS = ("memory", "sqlite", "jsonl", "postgres")
-
-
-def url_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if kind == "postgres":
-        return str(request.getfixturevalue("pg_url"))
-    return {
-        "memory": "memory:",
-        "sqlite": f"sqlite:{tmp_path / 'store.db'}",
-        "jsonl": f"jsonl:{tmp_path / 'sessions'}",
-    }[kind]
 
 
 @pytest.fixture(params=KINDS)
