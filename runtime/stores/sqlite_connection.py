@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -29,6 +30,14 @@ log = logging.getLogger("actorloop.store")
 
 class Busy(Exception):
     """An inline commit found the write lock held: nothing was written, use the thread."""
+
+
+def release_statements(exc: BaseException) -> None:
+    """Drop the locals of the finished frames `exc` passed through: a cursor left there
+    keeps its statement, and a statement keeps its connection (and its file descriptors)
+    open past `close()` until the collector frees the exception's reference cycle, which a
+    process loading many damaged files outruns."""
+    traceback.clear_frames(exc.__traceback__)
 
 
 class SqliteConnection:
@@ -94,7 +103,8 @@ class SqliteConnection:
                 # Checkpoints are posted to the writer thread (`_note_wal`), never run by
                 # a commit: an inline commit must not fsync on the trio thread.
                 db.execute("PRAGMA wal_autocheckpoint = 0")
-        except BaseException:
+        except BaseException as exc:
+            release_statements(exc)
             db.close()
             raise
         self._db = db
@@ -110,7 +120,11 @@ class SqliteConnection:
                 if self._busy_ms != wanted:
                     db.execute(f"PRAGMA busy_timeout = {wanted}")
                     self._busy_ms = wanted
-                return work(db)
+                try:
+                    return work(db)
+                except BaseException as exc:
+                    release_statements(exc)
+                    raise
             except sqlite3.Error as exc:
                 raise StoreError(f"sqlite {self.path}: {exc}") from exc
             except UnicodeDecodeError as exc:
