@@ -143,7 +143,7 @@ def _setup_store(path: Path, events: int) -> None:
 
     from actorloop.runtime.log.session import Session
     from actorloop.runtime.model.meta import SessionMeta
-    from actorloop.runtime.stores.base import open_store
+    from actorloop.runtime.stores import open_store
     from benchmarks.bench_session import HEADER, workload
 
     session = Session.create(SESSION_ID)

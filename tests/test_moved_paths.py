@@ -95,3 +95,11 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
         public.NoSuchThing  # noqa: B018
+
+
+def test_open_store_from_the_seam_module_still_works_and_warns() -> None:
+    from actorloop.runtime.stores import base, urls
+
+    with pytest.warns(DeprecationWarning, match="stores.urls"):
+        moved = base.open_store
+    assert moved is urls.open_store

@@ -20,6 +20,7 @@ from ..errors import (
     SessionValidationError,
     StoreError,
 )
+from ..lazy import lazy_exports
 from ..log.repair import closers
 from ..log.session import Session, SessionMeta
 from ..model.events import SessionEvent
@@ -306,3 +307,8 @@ def refuse_live_repair(session_id: str, what: str) -> SessionBusy:
     return busy_error(
         session_id, f": live turn is open ({what}); refusing to repair it from a second loader"
     )
+
+
+# `open_store` lived here before the URL table left the seam (decision 0010): the old
+# import still works for one release, with a DeprecationWarning.
+__getattr__, _ = lazy_exports(globals(), {}, moved={"open_store": "actorloop.runtime.stores.urls"})
