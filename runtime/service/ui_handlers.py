@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import suppress
+from typing import Any
 
 import orjson
 import trio
@@ -21,7 +22,7 @@ from . import ui_message_stream as ui
 from .bodies import CreateSession, check_message
 from .errors import error_response
 from .service import SessionService
-from .turn_stream import Position, TurnStreamResponse, turn_start_before
+from .turn_stream import Position, Translator, TurnStreamResponse, turn_start_before
 
 CATCH_UP_S = 5.0
 """How long a reconnect waits for the event its `Last-Event-ID` names to be durable here."""
@@ -48,6 +49,26 @@ class UiStreams:
         self.ping_seconds = ping_seconds
         self.max_message_chars = max_message_chars
 
+    def _stream(
+        self,
+        session_id: str,
+        translator: Translator,
+        headers: tuple[tuple[bytes, bytes], ...],
+        **turn: Any,
+    ) -> Response:
+        """One turn's stream through `translator` (`turn`: the content to send, or where a
+        reconnect starts; see `TurnStreamResponse`)."""
+        return _Stream(
+            TurnStreamResponse(
+                self.service,
+                session_id,
+                translator,
+                headers=headers,
+                ping_seconds=self.ping_seconds,
+                **turn,
+            )
+        )
+
     def _check(self, content: Content) -> None:
         check_message(content, self.max_message_chars)
 
@@ -57,16 +78,12 @@ class UiStreams:
         chat = ui.chat_request(await request.body())
         self._check(chat.content)
         await self.service.require(session_id)
-        return _Stream(
-            TurnStreamResponse(
-                self.service,
-                session_id,
-                ui.UiMessageTranslator(session_id),
-                headers=ui.HEADERS,
-                ping_seconds=self.ping_seconds,
-                content=chat.content,
-                detach=chat.detach,
-            )
+        return self._stream(
+            session_id,
+            ui.UiMessageTranslator(session_id),
+            ui.HEADERS,
+            content=chat.content,
+            detach=chat.detach,
         )
 
     async def chat_messages(self, request: Request) -> Response:
@@ -93,16 +110,12 @@ class UiStreams:
             start = turn_start_before(events, resume.seq)
         if start is None:
             return Response(status_code=204)
-        return _Stream(
-            TurnStreamResponse(
-                self.service,
-                session_id,
-                ui.UiMessageTranslator(session_id),
-                headers=ui.HEADERS,
-                ping_seconds=self.ping_seconds,
-                start_seq=start,
-                resume=resume,
-            )
+        return self._stream(
+            session_id,
+            ui.UiMessageTranslator(session_id),
+            ui.HEADERS,
+            start_seq=start,
+            resume=resume,
         )
 
     async def _caught_up(
@@ -147,13 +160,6 @@ class UiStreams:
                         session_id=session_id,
                     )
                 )
-        return _Stream(
-            TurnStreamResponse(
-                self.service,
-                session_id,
-                agui.AguiTranslator(session_id),
-                headers=agui.HEADERS,
-                ping_seconds=self.ping_seconds,
-                content=content,
-            )
+        return self._stream(
+            session_id, agui.AguiTranslator(session_id), agui.HEADERS, content=content
         )
