@@ -1,4 +1,4 @@
-"""Fixtures shared by the tests: a real local SSE server, a recorded backoff, and a real
+"""Fixtures shared by the tests: a cache home of their own, a real local SSE server, a recorded backoff, and a real
 PostgreSQL server (tests/kits/pg_server.py) whose store schema is emptied before each test."""
 
 from __future__ import annotations
@@ -10,6 +10,19 @@ import pytest
 from pg_server import PgServer
 from provider_kit import Waits
 from sse_server import SseServer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The CLI keeps a cache under $XDG_CACHE_HOME: the tests (and what they start) use
+    their own, never the user's."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache-home"))
+    yield
+    if before is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
 
 
 @pytest.fixture

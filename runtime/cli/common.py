@@ -133,10 +133,12 @@ def run_async(function: Callable[[], Awaitable[T]], *, store_url: str = DEFAULT_
 
     from ..errors import ActorloopError, SessionIdAmbiguous, SessionNotFound, sole_error
     from ..log.verify import VerificationFailed
+    from .rates_cache import cached_rates
 
     store = store_hint(store_url)
     try:
-        return trio.run(function)
+        with cached_rates():
+            return trio.run(function)
     except BaseExceptionGroup as group:
         leaf = sole_error(group)
         if isinstance(leaf, ActorloopError):

@@ -54,9 +54,13 @@ def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> f
     """The dollars genai-prices charges for `usage` on `model` (at `provider`), or None
     when the price is unknown. Recorded buckets map as genai-prices counts them: its input
     includes cache reads and writes; output includes reasoning."""
-    if _genai_prices() is None:
+    key = (model, provider)
+    if key in _RATES:
+        rates = _RATES[key]
+    elif _genai_prices() is None:
         return None
-    rates = _rates(model, provider)
+    else:
+        rates = _RATES[key] = _look_up_rates(model, provider)
     if rates is None:
         return None
     if isinstance(rates, _Rates):
@@ -105,8 +109,12 @@ def _calc(provider_id: str | None, model: str, usage: TokenUsage) -> Decimal:
     return total
 
 
-@functools.cache
-def _rates(model: str, provider: str | None) -> _Rates | str | None:
+_RATES: dict[tuple[str, str | None], _Rates | str | None] = {}
+"""What genai-prices said of each (model, provider) priced in this process (see `_look_up_rates`),
+or was told by `seed_rates`."""
+
+
+def _look_up_rates(model: str, provider: str | None) -> _Rates | str | None:
     """`model`'s linear rates; its genai-prices provider id when its price has tiers (each
     usage is then priced by genai-prices itself); None when it has no known price."""
     known, provider_id = _provider_id(provider, model)
@@ -166,3 +174,51 @@ def format_usd(usd: float | None) -> str:
         return "$0"
     decimals = min(8, max(3, 3 - math.floor(math.log10(abs(usd)))))
     return f"${usd:,.{decimals}f}"
+
+
+@frozen
+class KnownRates:
+    """What genai-prices said of one model at one provider, in a form a cache can keep:
+    linear `rates` (base, uncached, cache read, cache write, output: dollars per request
+    and per million tokens, as decimal strings), or a price with tiers that genai-prices
+    itself computes per call (`tiered_provider_id`), or no known price (neither)."""
+
+    model: str
+    provider: str | None
+    rates: tuple[str, str, str, str, str] | None = None
+    tiered_provider_id: str | None = None
+    tiered: bool = False
+
+
+def known_rates() -> tuple[KnownRates, ...]:
+    """Every (model, provider) priced in this process so far (or seeded), to be cached."""
+    known: list[KnownRates] = []
+    for (model, provider), rates in _RATES.items():
+        if isinstance(rates, _Rates):
+            linear = (
+                str(rates.base),
+                str(rates.uncached),
+                str(rates.cache_read),
+                str(rates.cache_write),
+                str(rates.output),
+            )
+            known.append(KnownRates(model, provider, rates=linear))
+        elif isinstance(rates, str):
+            known.append(KnownRates(model, provider, tiered_provider_id=rates or None, tiered=True))
+        else:
+            known.append(KnownRates(model, provider))
+    return tuple(known)
+
+
+def seed_rates(known: tuple[KnownRates, ...]) -> None:
+    """Take `known` (from `known_rates` of an earlier process with the same genai-prices,
+    the same day) as what genai-prices would say: a linear price is then computed without
+    importing it (its import is ~0.2 s of CPU, most of a CLI listing's start)."""
+    for entry in known:
+        if entry.rates is not None:
+            rates: _Rates | str | None = _Rates(*map(Decimal, entry.rates))
+        elif entry.tiered:
+            rates = entry.tiered_provider_id or ""
+        else:
+            rates = None
+        _RATES[(entry.model, entry.provider)] = rates

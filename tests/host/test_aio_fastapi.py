@@ -5,6 +5,7 @@ with httpx: spawn, send, events as SSE, a client that disconnects mid-turn (the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import signal
@@ -213,7 +214,15 @@ def test_ctrl_c_under_asyncio_run_closes_the_running_turn(tmp_path: Path) -> Non
         assert line.startswith(b"RUNNING "), line + child.stderr.read() if child.stderr else b""
         session_id = line.split()[1].decode()
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        try:
+            out, err = child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGUSR1)  # every thread's stack, on its stderr
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.communicate(timeout=10)  # what it writes is kept for the next call
+            child.kill()
+            out, err = child.communicate()
+            raise AssertionError(f"still running 60 s after SIGINT:\n{err.decode()}") from None
         assert child.returncode == 0, err.decode()
         report: dict[str, Any] = orjson.loads(out)
         assert report == {"interrupted": True, "send": "disposed", "status": "disposed"}

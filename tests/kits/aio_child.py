@@ -10,6 +10,8 @@ child prints a JSON report of what the pending send returned and exits 0.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import signal
 import sys
 
 import orjson
@@ -40,6 +42,7 @@ async def main(store: str) -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
     try:
         asyncio.run(main(sys.argv[1]))
     except KeyboardInterrupt:
