@@ -1,13 +1,13 @@
 """The CLI's file of per-model rates genai-prices gave (`known_rates`), so a command that
-prices sessions does not import genai-prices on every start; valid for one genai-prices
-version on one UTC day, rebuilt whenever it is missing, stale or unreadable."""
+prices sessions does not import genai-prices on every start; valid for one install of
+genai-prices on one UTC day, rebuilt whenever it is missing, stale or unreadable."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
 import decimal
-import importlib.metadata
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +25,8 @@ CACHE_FILE = "actorloop/genai-prices-rates.json"
 
 @frozen
 class RatesFile:
-    """The file's content: what genai-prices `version` said on `day` (UTC, ISO)."""
+    """The file's content: what the genai-prices installed as `version` (see
+    `_installed_version`) said on `day` (UTC, ISO)."""
 
     version: str
     day: str
@@ -48,9 +49,8 @@ def cached_rates() -> Iterator[None]:
     file did not have. Without the `prices` extra it does nothing. The file is only a
     shortcut: one that cannot be read or written is ignored (prices are then asked of
     genai-prices, as without it)."""
-    try:
-        version = importlib.metadata.version("genai-prices")
-    except importlib.metadata.PackageNotFoundError:
+    version = _installed_version()
+    if version is None:
         yield
         return
     day = datetime.datetime.now(datetime.UTC).date().isoformat()
@@ -61,6 +61,24 @@ def cached_rates() -> Iterator[None]:
     known = known_rates()
     if set(known) != set(seeded):
         _write(path, RatesFile(version, day, known))
+
+
+def _installed_version() -> str | None:
+    """What names the installed genai-prices (its price table's file: path, size and
+    modification time), found without importing it or `importlib.metadata` (either costs
+    more than this shortcut saves); None when it is not installed."""
+    try:
+        spec = importlib.util.find_spec("genai_prices")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    table = Path(next(iter(spec.submodule_search_locations))) / "data_snapshot.py"
+    try:
+        stat = table.stat()
+    except OSError:
+        return None
+    return f"{table} {stat.st_size} {stat.st_mtime_ns}"
 
 
 def _read(path: Path, version: str, day: str) -> tuple[KnownRates, ...]:
