@@ -43,6 +43,10 @@ async def main(store: str) -> None:
 
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
+    # Started from a background job of a script (`cmd &` without job control), this process
+    # inherits SIGINT ignored, and asyncio.run then leaves Ctrl-C alone: take the default a
+    # program run from a terminal has, which is what this child stands for.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         asyncio.run(main(sys.argv[1]))
     except KeyboardInterrupt:
