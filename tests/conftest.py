@@ -1,5 +1,6 @@
-"""Fixtures shared by the tests: a cache home of their own, a real local SSE server, a recorded backoff, and a real
-PostgreSQL server (tests/kits/pg_server.py) whose store schema is emptied before each test."""
+"""Fixtures shared by the tests: a cache home of their own, a real local SSE server, a recorded
+backoff, and a real PostgreSQL server (tests/kits/pg_server.py) whose store schema is emptied
+before each test."""
 
 from __future__ import annotations
 
