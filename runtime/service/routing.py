@@ -114,7 +114,8 @@ class Router:
             with self._scope:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    nursery.start_soon(listener.run)
+                    # Started once LISTENing: a request handed here from now on is heard.
+                    await nursery.start(listener.run)
                     task_status.started()
                     await self._poll()
         finally:

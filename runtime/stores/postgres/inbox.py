@@ -24,6 +24,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import psycopg
 import trio
@@ -304,12 +305,19 @@ class Listener:
         self._deliver = deliver
         self._reconnect_s = reconnect_s
         self._stopped = threading.Event()
+        self._attempted = trio.Event()
 
-    async def run(self) -> None:
-        """Listen until cancelled (the thread sees `close()` within a second after)."""
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled (the thread sees `close()` within a second after); started
+        once the first connection attempt is over (LISTENing, or failed: the poll covers)."""
         token = trio.lowlevel.current_trio_token()
         try:
-            await trio.to_thread.run_sync(self._listen, token, abandon_on_cancel=True)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    partial(trio.to_thread.run_sync, self._listen, token, abandon_on_cancel=True)
+                )
+                await self._attempted.wait()
+                task_status.started()
         finally:
             self.close()
 
@@ -335,6 +343,7 @@ class Listener:
                         conn.execute(f"LISTEN {INBOX_CHANNEL}")
                         conn.execute(f"LISTEN {REPLY_CHANNEL}")
                         token.run_sync_soon(self._delivered, Notice("wake"))
+                        token.run_sync_soon(self._attempted.set)
                     # Wakes at least once a second to see close(): the trio side has
                     # abandoned this thread by then and nobody else will stop it.
                     for notify in conn.notifies(timeout=1.0):
@@ -353,6 +362,7 @@ class Listener:
                         with contextlib.suppress(psycopg.Error):
                             conn.close()
                     conn = None
+                    token.run_sync_soon(self._attempted.set)
                     self._stopped.wait(self._reconnect_s)
         finally:
             if conn is not None:
