@@ -315,6 +315,10 @@ async def failover(url: str, sessions: int, lease_s: float) -> dict[str, Any]:
     }
 
 
+SETTLE_S = 0.02
+"""The pause between two requests of the routing section."""
+
+
 async def routing_latency(url: str, requests: int) -> dict[str, Any]:
     """Median latencies (ms) at the owner and routed, and this process's CPU time per
     request (both instances and the client are in it): the module docstring."""
@@ -350,6 +354,9 @@ async def routing_latency(url: str, requests: int) -> dict[str, Any]:
                     wall.setdefault(key, []).append(time.perf_counter() - started)
                     cpu[key] = cpu.get(key, 0.0) + time.process_time() - used
                     assert answer.status_code == 200, answer.text
+                    # What a request leaves running after its answer (the turn's last
+                    # writes, the rows' cleanup) ends before the next one starts.
+                    await trio.sleep(SETTLE_S)
         for key, times in wall.items():
             figures[f"{key}_ms"] = statistics.median(times) * 1000
             figures[f"{key}_cpu_ms"] = cpu[key] / len(times) * 1000
@@ -508,8 +515,8 @@ def routing_markdown(route: dict[str, Any]) -> list[str]:
         f"Median of {route['requests']} `GET /v1/sessions/{{id}}` (and of half as many",
         "sends, a one-step echo turn) at the session's owner and at the other instance,",
         "which hands each to the owner through the database (docs/deployment.md §2.1),",
-        "alternating request by request; CPU is the process's (both instances, their",
-        "threads and the client) during the request.",
+        f"alternating request by request, {SETTLE_S * 1000:.0f} ms apart; CPU is the process's",
+        "(both instances, their threads and the client) during the request.",
         f"Each figure is the median of {route['rounds']} rounds"
         + (
             ", alternating with the same rounds of the build before "
