@@ -72,8 +72,9 @@ class Notice:
     """A notification for this node, parsed (`parse_notice`). `kind`: `request` (a row
     handed to this node; `handed` when the payload carried it), `cancel` (the caller of a
     row this node handles went away), `answer` (a row this node handed was answered;
-    `answer` holds it when the payload carried it), or `wake` (poll now: sent by a build
-    that carries nothing in its notifications)."""
+    `answer` holds it when the payload carried it), or `wake` (read the rows now: the
+    listener (re)connected, a notification was unreadable, or it came from a build that
+    carries nothing in its notifications)."""
 
     kind: str
     row_id: int = 0
@@ -93,7 +94,8 @@ def _inline(fields: Sequence[str]) -> str:
 
 
 def parse_notice(channel: str, payload: str, node: str) -> Notice | None:
-    """The notice in `payload` if it is for `node` (None: another node's, or unreadable).
+    """The notice in `payload` if it is for `node` (None: another node's; a `wake` when
+    unreadable).
     Payloads: `NODE r ID [SESSION HEAD BODY]`, `NODE c ID`, `NODE a ID [STATUS ANSWER]`
     (HEAD, BODY and ANSWER base64), or `NODE` alone (a wake-up)."""
     parts = payload.split(" ")
