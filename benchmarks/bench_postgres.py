@@ -20,13 +20,13 @@ synchronous_commit on):
 * routing: two serve instances (in one child process, each its own runtime, store and
   socket) on the server; the median latency of `GET /v1/sessions/{id}` and of a send
   answered by the session's owner, and by the other instance (handed to the owner through
-  the database), and the CPU time of the process per request. With `--baseline DIR` (a
-  checkout of another build, e.g. `git archive main | tar -x -C DIR`) the same measurement
-  runs on that build too, in rounds alternating between the two builds on the same server,
-  so the before/after ratios come from one run.
+  the database), and the CPU time of the process per request. With `--baseline DIR|REV` (a
+  checkout of another build, or a revision extracted with `git archive`) the same
+  measurement runs on that build's code too, in rounds alternating between the two builds
+  on the same server, so the before/after ratios come from one run.
 
     python -m benchmarks.bench_postgres [--quick] [--commit-only] [--routing-only]
-        [--baseline DIR]
+        [--baseline DIR|REV]
 
 Writes benchmarks/results/postgres.json and postgres.md (`--commit-only`: the group
 commit and its floors alone, printed, nothing written; `--routing-only`: the routing
@@ -372,16 +372,34 @@ def _routing_child(url: str, requests: int) -> None:
     print(json.dumps({**result, "routing_module": routing.__file__}))
 
 
-def _build_path(checkout: Path, links: Path) -> str:
-    """A directory whose `actorloop` package is `checkout`'s code (the package-dir layout
-    of pyproject.toml as symlinks), for PYTHONPATH: it comes before the editable install."""
-    package = links / "actorloop"
-    package.mkdir(exist_ok=True)
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def _baseline_path(spec: str, into: Path) -> tuple[str, str]:
+    """For PYTHONPATH (before the editable install), a folder whose `actorloop` package is
+    the code of `spec` (a checkout, or a revision extracted with `git archive`), linked as
+    pyproject.toml's package-dir lays it out; and a label naming it."""
+    tree = Path(spec)
+    if tree.is_dir():
+        label = str(tree)
+    else:
+        tree = into / "source"
+        tree.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", spec, "runtime", "actors", "codecs"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        label = f"{spec} ({_git('rev-parse', '--short', spec)})"
+    package = into / "pkg" / "actorloop"
+    package.mkdir(parents=True)
     for folder in ("runtime", "actors", "codecs"):
-        link = package / folder
-        if not link.exists():
-            link.symlink_to(checkout.resolve() / folder, target_is_directory=True)
-    return str(links)
+        (package / folder).symlink_to(tree.resolve() / folder, target_is_directory=True)
+    return str(into / "pkg"), label
 
 
 async def _routing_round(server: PgServer, requests: int, path: str | None) -> dict[str, Any]:
@@ -406,21 +424,22 @@ def _pooled(rounds: list[dict[str, Any]], requests: int) -> dict[str, Any]:
     return {"requests": requests, "rounds": len(rounds), **pooled}
 
 
-async def routing(server: PgServer, requests: int, rounds: int, baseline: Path | None) -> Any:
+async def routing(server: PgServer, requests: int, rounds: int, baseline: str | None) -> Any:
     """The routing section: this build's rounds, and the baseline's interleaved with them
     (each round a child process on a fresh database of the same server)."""
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as links:
-        path = None if baseline is None else _build_path(baseline, Path(links))
+    with tempfile.TemporaryDirectory(prefix="bench-postgres-baseline-") as temp:
+        path, label = (None, "") if baseline is None else _baseline_path(baseline, Path(temp))
         for _ in range(rounds):
             if path is not None:
                 theirs.append(await _routing_round(server, requests, path))
-                assert theirs[-1]["routing_module"].startswith(links), theirs[-1]
+                assert theirs[-1]["routing_module"].startswith(path), theirs[-1]
             ours.append(await _routing_round(server, requests, None))
     report = _pooled(ours, requests)
+    report["build"] = f"working tree on {_git('rev-parse', '--short', 'HEAD')}"
     if baseline is not None:
-        report["baseline"] = {"checkout": str(baseline), **_pooled(theirs, requests)}
+        report["baseline"] = {"build": label, **_pooled(theirs, requests)}
     return report
 
 
@@ -520,7 +539,7 @@ def routing_markdown(route: dict[str, Any]) -> list[str]:
         f"Each figure is the median of {route['rounds']} rounds"
         + (
             ", alternating with the same rounds of the build before "
-            f"(`--baseline {base['checkout']}`)."
+            f"(`--baseline`: {base['build']}; this build: {route['build']})."
             if base is not None
             else "."
         ),
@@ -560,7 +579,7 @@ async def run(
     quick: bool,
     commit_only: bool = False,
     routing_only: bool = False,
-    baseline: Path | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     bindir = PgServer.find()
     if bindir is None:
@@ -612,7 +631,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--commit-only", action="store_true")
     parser.add_argument("--routing-only", action="store_true")
-    parser.add_argument("--baseline", type=Path, help="a checkout of the build to compare with")
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR|REV",
+        help="the build to compare routing with: a checkout or a revision",
+    )
     parser.add_argument(
         "--routing-child", nargs=2, metavar=("URL", "REQUESTS"), help=argparse.SUPPRESS
     )
