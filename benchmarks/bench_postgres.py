@@ -17,15 +17,20 @@ synchronous_commit on):
   (the latest snapshot and the rows after it), interleaved;
 * failover time: a child process owning 100 sessions is killed with SIGKILL; the time until
   another store has claimed and replayed all of them, with a 2 s lease;
-* routing: two serve instances (in this process, each its own runtime, store and socket)
-  on the server; the median latency of `GET /v1/sessions/{id}` and of a send answered by
-  the session's owner, and by the other instance (handed to the owner through the
-  database).
+* routing: two serve instances (in one child process, each its own runtime, store and
+  socket) on the server; the median latency of `GET /v1/sessions/{id}` and of a send
+  answered by the session's owner, and by the other instance (handed to the owner through
+  the database), and the CPU time of the process per request. With `--baseline DIR|REV` (a
+  checkout of another build, or a revision extracted with `git archive`) the same
+  measurement runs on that build's code too, in rounds alternating between the two builds
+  on the same server, so the before/after ratios come from one run.
 
-    python -m benchmarks.bench_postgres [--quick] [--commit-only]
+    python -m benchmarks.bench_postgres [--quick] [--commit-only] [--routing-only]
+        [--baseline DIR|REV]
 
 Writes benchmarks/results/postgres.json and postgres.md (`--commit-only`: the group
-commit and its floors alone, printed, nothing written).
+commit and its floors alone, printed, nothing written; `--routing-only`: the routing
+section alone, printed, nothing written).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -309,10 +315,15 @@ async def failover(url: str, sessions: int, lease_s: float) -> dict[str, Any]:
     }
 
 
+SETTLE_S = 0.02
+"""The pause between two requests of the routing section."""
+
+
 async def routing_latency(url: str, requests: int) -> dict[str, Any]:
-    """Median latencies (ms) at the owner and routed: the module docstring."""
+    """Median latencies (ms) at the owner and routed, and this process's CPU time per
+    request (both instances and the client are in it): the module docstring."""
     store = f"{url}?lease_s=15&poll_s=1"
-    medians: dict[str, float] = {}
+    figures: dict[str, float] = {}
     async with (
         running_server(app_config_for(HeldModel(), store), store=store) as owner,
         running_server(app_config_for(HeldModel(), store), store=store) as other,
@@ -321,24 +332,115 @@ async def routing_latency(url: str, requests: int) -> dict[str, Any]:
     ):
         await at_owner.post("/v1/sessions", json={"session_id": "routed"})
         await at_owner.post("/v1/sessions/routed/messages", json={"content": "warm up"})
-        for where, http in (("owner", at_owner), ("routed", at_other)):
-            gets: list[float] = []
-            for _ in range(requests):
-                started = time.perf_counter()
-                answer = await http.get("/v1/sessions/routed")
-                gets.append(time.perf_counter() - started)
-                assert answer.status_code == 200, answer.text
-            sends: list[float] = []
-            for index in range(max(5, requests // 4)):
-                started = time.perf_counter()
-                answer = await http.post(
-                    "/v1/sessions/routed/messages", json={"content": f"{where} {index}"}
-                )
-                sends.append(time.perf_counter() - started)
-                assert answer.status_code == 200, answer.text
-            medians[f"get_{where}_ms"] = statistics.median(gets) * 1000
-            medians[f"send_{where}_ms"] = statistics.median(sends) * 1000
-    return {"requests": requests, **medians}
+        for http in (at_owner, at_other):  # both pools' connections opened, code paths run
+            for _ in range(5):
+                await http.get("/v1/sessions/routed")
+            await http.post("/v1/sessions/routed/messages", json={"content": "warm up"})
+        wall: dict[str, list[float]] = {}
+        cpu: dict[str, float] = {}
+        # Alternating, request by request, between the owner and the other instance: both
+        # see the same machine and server, whatever else runs on them meanwhile.
+        for name, count in (("get", requests), ("send", max(5, requests // 2))):
+            for index in range(count):
+                for where, http in (("owner", at_owner), ("routed", at_other)):
+                    key = f"{name}_{where}"
+                    started, used = time.perf_counter(), time.process_time()
+                    if name == "get":
+                        answer = await http.get("/v1/sessions/routed")
+                    else:
+                        answer = await http.post(
+                            "/v1/sessions/routed/messages", json={"content": f"{where} {index}"}
+                        )
+                    wall.setdefault(key, []).append(time.perf_counter() - started)
+                    cpu[key] = cpu.get(key, 0.0) + time.process_time() - used
+                    assert answer.status_code == 200, answer.text
+                    # What a request leaves running after its answer (the turn's last
+                    # writes, the rows' cleanup) ends before the next one starts.
+                    await trio.sleep(SETTLE_S)
+        for key, times in wall.items():
+            figures[f"{key}_ms"] = statistics.median(times) * 1000
+            figures[f"{key}_cpu_ms"] = cpu[key] / len(times) * 1000
+    return {"requests": requests, **figures}
+
+
+def _routing_child(url: str, requests: int) -> None:
+    """`--routing-child`: one `routing_latency` round, printed as JSON with the file of
+    the routing module it ran (which build)."""
+    from actorloop.runtime.service import routing
+
+    result = trio.run(routing_latency, url, requests)
+    print(json.dumps({**result, "routing_module": routing.__file__}))
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def _baseline_path(spec: str, into: Path) -> tuple[str, str]:
+    """For PYTHONPATH (before the editable install), a folder whose `actorloop` package is
+    the code of `spec` (a checkout, or a revision extracted with `git archive`), linked as
+    pyproject.toml's package-dir lays it out; and a label naming it."""
+    tree = Path(spec)
+    if tree.is_dir():
+        label = str(tree)
+    else:
+        tree = into / "source"
+        tree.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", spec, "runtime", "actors", "codecs"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        label = f"{spec} ({_git('rev-parse', '--short', spec)})"
+    package = into / "pkg" / "actorloop"
+    package.mkdir(parents=True)
+    for folder in ("runtime", "actors", "codecs"):
+        (package / folder).symlink_to(tree.resolve() / folder, target_is_directory=True)
+    return str(into / "pkg"), label
+
+
+async def _routing_round(server: PgServer, requests: int, path: str | None) -> dict[str, Any]:
+    url = server.url(server.create_database())
+    env = dict(os.environ)
+    if path is not None:
+        env["PYTHONPATH"] = path
+    done = await trio.run_process(
+        [sys.executable, "-m", "benchmarks.bench_postgres", "--routing-child", url, str(requests)],
+        cwd=ROOT,
+        env=env,
+        capture_stdout=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return result
+
+
+def _pooled(rounds: list[dict[str, Any]], requests: int) -> dict[str, Any]:
+    """The rounds of one build: each figure the median of the rounds' figures."""
+    keys = [key for key in rounds[0] if key.endswith("_ms")]
+    pooled: dict[str, Any] = {key: statistics.median(r[key] for r in rounds) for key in keys}
+    return {"requests": requests, "rounds": len(rounds), **pooled}
+
+
+async def routing(server: PgServer, requests: int, rounds: int, baseline: str | None) -> Any:
+    """The routing section: this build's rounds, and the baseline's interleaved with them
+    (each round a child process on a fresh database of the same server)."""
+    ours: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-postgres-baseline-") as temp:
+        path, label = (None, "") if baseline is None else _baseline_path(baseline, Path(temp))
+        for _ in range(rounds):
+            if path is not None:
+                theirs.append(await _routing_round(server, requests, path))
+                assert theirs[-1]["routing_module"].startswith(path), theirs[-1]
+            ours.append(await _routing_round(server, requests, None))
+    report = _pooled(ours, requests)
+    report["build"] = f"working tree on {_git('rev-parse', '--short', 'HEAD')}"
+    if baseline is not None:
+        report["baseline"] = {"build": label, **_pooled(theirs, requests)}
+    return report
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -418,27 +520,67 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     route = report.get("routing")
     if route is not None:
-        lines += [
-            "## Routing between two instances",
-            "",
-            f"Median of {route['requests']} `GET /v1/sessions/{{id}}` (and of a quarter as many",
-            "sends, a one-step echo turn) at the session's owner and at the other instance,",
-            "which hands each to the owner through the database (docs/deployment.md §2.1).",
-            "",
-            "| | at the owner | routed | routing adds |",
-            "|---|---:|---:|---:|",
-        ]
-        for name in ("get", "send"):
-            at_owner, routed = route[f"{name}_owner_ms"], route[f"{name}_routed_ms"]
-            lines.append(
-                f"| {name.upper() if name == 'get' else name} | {at_owner:.1f} ms | "
-                f"{routed:.1f} ms | {routed - at_owner:.1f} ms |"
-            )
-        lines.append("")
+        lines += routing_markdown(route)
     return "\n".join(lines)
 
 
-async def run(quick: bool, commit_only: bool = False) -> dict[str, Any]:
+def routing_markdown(route: dict[str, Any]) -> list[str]:
+    """The routing section's lines (module docstring)."""
+    base = route.get("baseline")
+    builds = [("this build", route)] if base is None else [("before", base), ("this build", route)]
+    lines = [
+        "## Routing between two instances",
+        "",
+        f"Median of {route['requests']} `GET /v1/sessions/{{id}}` (and of half as many",
+        "sends, a one-step echo turn) at the session's owner and at the other instance,",
+        "which hands each to the owner through the database (docs/deployment.md §2.1),",
+        f"alternating request by request, {SETTLE_S * 1000:.0f} ms apart; CPU is the process's",
+        "(both instances, their threads and the client) during the request.",
+        f"Each figure is the median of {route['rounds']} rounds"
+        + (
+            ", alternating with the same rounds of the build before "
+            f"(`--baseline`: {base['build']}; this build: {route['build']})."
+            if base is not None
+            else "."
+        ),
+        "",
+        "| request | build | at the owner | routed | routing adds | CPU at the owner "
+        "| CPU routed |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in ("get", "send"):
+        for build, figures in builds:
+            at_owner, routed = figures[f"{name}_owner_ms"], figures[f"{name}_routed_ms"]
+            cpu_owner, cpu_routed = (
+                figures[f"{name}_owner_cpu_ms"],
+                figures[f"{name}_routed_cpu_ms"],
+            )
+            lines.append(
+                f"| {name.upper() if name == 'get' else name} | {build} | {at_owner:.1f} ms | "
+                f"{routed:.1f} ms | {routed - at_owner:.1f} ms | {cpu_owner:.1f} ms | "
+                f"{cpu_routed:.1f} ms |"
+            )
+    if base is not None:
+        lines.append("")
+        for name in ("get", "send"):
+            before = base[f"{name}_routed_ms"] - base[f"{name}_owner_ms"]
+            now = route[f"{name}_routed_ms"] - route[f"{name}_owner_ms"]
+            lines.append(
+                f"* routing adds {now:.1f} ms to a {name.upper() if name == 'get' else name} "
+                f"({before:.1f} ms before: {now / before:.2f} ×); routed, it costs "
+                f"{route[f'{name}_routed_cpu_ms']:.1f} ms of CPU "
+                f"({base[f'{name}_routed_cpu_ms']:.1f} ms before)."
+            )
+    lines.append("")
+    return lines
+
+
+async def run(
+    quick: bool,
+    commit_only: bool = False,
+    routing_only: bool = False,
+    baseline: str | None = None,
+) -> dict[str, Any]:
     bindir = PgServer.find()
     if bindir is None:
         raise SystemExit("PostgreSQL is not installed (/usr/lib/postgresql/*/bin)")
@@ -462,13 +604,16 @@ async def run(quick: bool, commit_only: bool = False) -> dict[str, Any]:
             "throughput": [],
             "floors": [],
         }
+        if routing_only:
+            report["routing"] = await routing(server, 20 if quick else 100, 2, baseline)
+            return report
         if not commit_only:
             report["claim_replay"] = [
                 await claim_replay(url, 1_000, 5 if quick else 20),
                 await claim_replay(url, 100_000, 1 if quick else 3),
             ]
             report["failover"] = await failover(url, 100, 2.0)
-            report["routing"] = await routing_latency(url, 20 if quick else 100)
+            report["routing"] = await routing(server, 20 if quick else 100, 3, baseline)
         for sessions, turns in plan:
             # Each floor right after its group commit: the same minute, the same server.
             group = await throughput(url, sessions, turns)
@@ -485,10 +630,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--commit-only", action="store_true")
+    parser.add_argument("--routing-only", action="store_true")
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR|REV",
+        help="the build to compare routing with: a checkout or a revision",
+    )
+    parser.add_argument(
+        "--routing-child", nargs=2, metavar=("URL", "REQUESTS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
-    report = trio.run(run, args.quick, args.commit_only)
+    if args.routing_child:
+        _routing_child(args.routing_child[0], int(args.routing_child[1]))
+        return
+    report = trio.run(run, args.quick, args.commit_only, args.routing_only, args.baseline)
     if args.commit_only:
         print(json.dumps({key: report[key] for key in ("throughput", "floors")}, indent=2))
+        return
+    if args.routing_only:
+        print(json.dumps(report["routing"], indent=2))
+        print("\n".join(routing_markdown(report["routing"])))
         return
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "postgres.json").write_text(json.dumps(report, indent=2) + "\n")

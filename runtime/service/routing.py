@@ -1,14 +1,16 @@
 """Routing between `actorloop serve` instances sharing a PostgreSQL store: a request for a
-session another live instance owns is handed to the owner (a durable inbox row, NOTIFY as
-the wake-up, polling as the fallback) and its answer comes back to the caller; a request
-for an unowned or expired session is served here, which claims it (replay, then run). Event
-streams of sessions live elsewhere follow the durable log (docs/deployment.md,
-docs/spec/persistence.md §10).
+session another live instance owns is handed to the owner (a durable inbox row and a NOTIFY
+carrying the request, polling as the fallback) and its answer comes back to the caller (in
+the answer's NOTIFY, or read from the row); a request for an unowned or expired session is
+served here, which claims it (replay, then run). Event streams of sessions live elsewhere
+follow the durable log (docs/deployment.md, docs/spec/persistence.md §10, decision 0020).
 
 `RoutingGate` is the ASGI side (which request goes where); `Router` owns the inbox work:
-one task per node polls (or is woken) for rows to take, answers to read, cancels to pass
-on and heads of followed sessions, and each request taken from the inbox runs through this
-instance's own app as if it had arrived here.
+the listener thread delivers each notification for this node to the trio thread (a request
+starts at once, an answer wakes its waiter), and one task per node polls every `poll_s` for
+what no notification brought (rows to take, answers to read, cancels to pass on, owners
+gone, heads of followed sessions) and forgets the rows whose story is over. Each request
+taken from the inbox runs through this instance's own app as if it had arrived here.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..control.handle import Agent
 from ..errors import ActorloopError, InvalidSessionId, sole_error
 from ..stores.ids import check_session_id
-from ..stores.postgres.inbox import Handed, Inbox, Listener, RowState
+from ..stores.postgres.inbox import Handed, Inbox, Listener, Notice, RowState
 from ..stores.postgres.store import PostgresStore
 from .errors import OwnerLost, response_for
 from .service import SessionService
@@ -79,6 +81,8 @@ class Router:
         self._app: ASGIApp | None = None
         self._nursery: trio.Nursery | None = None
         self._waiting: dict[int, _Waiter] = {}
+        self._early: dict[int, tuple[RowState, int]] = {}
+        self._ticks = 0
         self._handling: dict[int, trio.Event] = {}
         self._following: dict[str, dict[int, trio.Event]] = {}
         self._follow_ids = 0
@@ -102,20 +106,22 @@ class Router:
         self._scope.cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Heartbeat this node, then poll until `stop()`."""
+        """Heartbeat this node, then listen and poll until `stop()`."""
         self.store.on_fenced(self._fenced)
         await self.store.start_keeper()
-        listener = Listener(self.store)
+        listener = Listener(self.store, self._notified, self.poll_s)
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
+                    # Started once LISTENing: a request handed here from now on is heard.
+                    await nursery.start(listener.run)
                     task_status.started()
-                    await self._poll(listener)
+                    await self._poll()
         finally:
-            listener.close()
+            self._nursery = None  # a notification delivered from now on starts nothing
 
-    async def _poll(self, listener: Listener) -> None:
+    async def _poll(self) -> None:
         while True:
             try:
                 await self._tick()
@@ -125,25 +131,50 @@ class Router:
                 self._failing = True
             else:
                 self._failing = False
-            if self._wake.is_set():
-                self._wake = trio.Event()
-                await trio.lowlevel.checkpoint()
-                continue
-            await trio.to_thread.run_sync(listener.wait, self.poll_s)
+            with trio.move_on_after(self.poll_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    def _notified(self, notice: Notice) -> None:
+        """A notification for this node (on the trio thread, from the listener thread)."""
+        if self._nursery is None:
+            return
+        if notice.kind == "request":
+            if notice.row_id not in self._handling and not self.service.drain.draining:
+                self._start(notice.row_id, notice.handed, taken=False)
+        elif notice.kind == "cancel":
+            handling = self._handling.get(notice.row_id)
+            if handling is not None:
+                handling.set()
+        elif notice.kind == "answer" and notice.answer is not None:
+            waiter = self._waiting.get(notice.row_id)
+            if waiter is None:  # its hand-over statement has not returned to trio yet
+                self._early[notice.row_id] = (notice.answer, self._ticks)
+            else:
+                waiter.state = notice.answer
+                waiter.changed.set()
+        else:  # an answer too large to carry, or a (re)connected listener: read the rows
+            self._wake.set()
+
+    def _start(self, row_id: int, handed: Handed | None, *, taken: bool) -> None:
+        assert self._nursery is not None
+        cancel = self._handling[row_id] = trio.Event()
+        self._nursery.start_soon(self._handle, row_id, handed, taken, cancel)
 
     async def _tick(self) -> None:
+        self._ticks += 1
+        for row_id in [key for key, (_, tick) in self._early.items() if tick < self._ticks - 1]:
+            del self._early[row_id]  # nobody waits for it: its sender went away
         if not self.service.drain.draining:
-            for handed in await self.inbox.take():
-                assert self._nursery is not None
-                cancel = trio.Event()
-                self._handling[handed.id] = cancel
-                self._nursery.start_soon(self._handle, handed, cancel)
+            for handed in await self.inbox.take(tuple(self._handling)):
+                if handed.id not in self._handling:  # else a notification brought it first
+                    self._start(handed.id, handed, taken=True)
         if self._waiting:
             asked = tuple(self._waiting)
             states = await self.inbox.states(asked)
             for row_id in asked:
                 waiter = self._waiting.get(row_id)
-                if waiter is not None:
+                if waiter is not None and not _answered(waiter.state):
                     waiter.state = states.get(row_id)
                     waiter.changed.set()
         if self._handling:
@@ -170,30 +201,28 @@ class Router:
 
     # handing a request on ----------------------------------------------------------------
 
-    async def owner_elsewhere(self, session_id: str) -> str | None:
-        """The live node other than this one owning `session_id`, or None (serve it here:
-        it is live here, unowned, expired, or unknown)."""
+    async def served_here(self, session_id: str) -> bool:
+        """Whether `session_id` is served here without asking the database: it is live
+        here (and still this node's), or not a session id at all (the route answers the
+        error). Otherwise `hand` finds out whether another node owns it."""
         try:
             check_session_id(session_id)
         except InvalidSessionId:
-            return None  # the route answers the error
+            return True
         agent = self.service.runtime.get(session_id)
-        if agent is not None:
-            if await self.store.owns(session_id):
-                return None
-            # Taken over while this node was paused or cut off: stop the agent, route.
-            await _stop_fenced(agent)
-        owner = await self.store.owner(session_id)
-        if owner is None or owner.node is None or owner.node == self.node or not owner.live:
-            return None
-        return owner.node
+        if agent is None:
+            return False
+        if await self.store.owns(session_id):
+            return True
+        # Taken over while this node was paused or cut off: stop the agent, route.
+        await _stop_fenced(agent)
+        return False
 
-    async def hand(
-        self, session_id: str, target: str, scope: Scope, body: bytes
-    ) -> tuple[int, bytes] | None:
-        """Hand the request to `target` and wait for its answer (status, JSON body); None
-        when the target died before taking it: serve it here once the session is
-        claimable. OwnerLost when it died after taking it."""
+    async def hand(self, session_id: str, scope: Scope, body: bytes) -> tuple[int, bytes] | None:
+        """Hand the request to the live node owning `session_id` and wait for its answer
+        (status, JSON body); None when no other node owns it, or the owner died before
+        taking it: serve it here (once the session is claimable). OwnerLost when it died
+        after taking it."""
         head = orjson.dumps(
             {
                 "method": scope["method"],
@@ -206,9 +235,15 @@ class Router:
                 ],
             }
         )
-        row_id = await self.inbox.hand(session_id, target, head, body)
+        handed = await self.inbox.hand(session_id, head, body)
+        if handed is None:
+            return None
+        row_id, target = handed
         waiter = self._waiting[row_id] = _Waiter()
-        self._wake.set()
+        early = self._early.pop(row_id, None)
+        if early is not None:
+            waiter.state = early[0]
+            waiter.changed.set()
         try:
             while True:
                 await waiter.changed.wait()
@@ -218,7 +253,7 @@ class Router:
                     raise OwnerLost(f"the request handed to node {target!r} disappeared")
                 if state.state == "done":
                     assert state.status is not None and state.response is not None
-                    self._finished.append(row_id)
+                    self._finished.append(row_id)  # forgotten by the next poll, in a batch
                     return state.status, state.response
                 if state.target_alive:
                     continue
@@ -256,26 +291,32 @@ class Router:
 
     # serving a request handed here ----------------------------------------------------
 
-    async def _handle(self, handed: Handed, cancel: trio.Event) -> None:
+    async def _handle(
+        self, row_id: int, handed: Handed | None, taken: bool, cancel: trio.Event
+    ) -> None:
+        """Run a request handed here and answer it. One the poll took (`taken`) runs at
+        once; a `GET` a notification carried runs without being taken (running it twice
+        changes nothing); anything else is taken first, so it never runs once its sender
+        withdrew it."""
         try:
+            if not taken and (handed is None or orjson.loads(handed.request)["method"] != "GET"):
+                handed = await self.inbox.take_one(row_id, handed)
+            if handed is None:
+                return  # withdrawn, or answered already
             status, body = await self._run_forwarded(handed, cancel)
-            await self.inbox.answer(handed.id, status, body)
+            await self.inbox.answer(row_id, status, body)
         except Exception as exc:
-            log.warning("routing: request %d for %s failed: %r", handed.id, handed.session_id, exc)
+            where = "?" if handed is None else handed.session_id
+            log.warning("routing: request %d for %s failed: %r", row_id, where, exc)
             try:
                 response = response_for(sole_error(exc))
-                await self.inbox.answer(handed.id, response.status_code, bytes(response.body))
+                await self.inbox.answer(row_id, response.status_code, bytes(response.body))
             except ActorloopError as unanswered:
                 # Its sender sees this node alive and keeps waiting; a restart of this node
                 # answers it. Say so, rather than leave a request hanging without a trace.
-                log.error(
-                    "routing: request %d for %s got no answer: %r",
-                    handed.id,
-                    handed.session_id,
-                    unanswered,
-                )
+                log.error("routing: request %d for %s got no answer: %r", row_id, where, unanswered)
         finally:
-            self._handling.pop(handed.id, None)
+            self._handling.pop(row_id, None)
 
     async def _run_forwarded(self, handed: Handed, cancel: trio.Event) -> tuple[int, bytes]:
         assert self._app is not None
@@ -352,11 +393,11 @@ class RoutingGate:
             await self.app(scope, receive, send)
             return
         try:
-            target = await self.router.owner_elsewhere(session_id)
+            here = await self.router.served_here(session_id)
         except ActorloopError as exc:
             await response_for(exc)(scope, receive, send)
             return
-        if target is None:
+        if here:
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive)
@@ -373,7 +414,7 @@ class RoutingGate:
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(watch)
-                answer = await self.router.hand(session_id, target, scope, body)
+                answer = await self.router.hand(session_id, scope, body)
                 nursery.cancel_scope.cancel()
         except Exception as exc:
             leaf = sole_error(exc)
@@ -398,6 +439,10 @@ class RoutingGate:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+
+def _answered(state: RowState | None) -> bool:
+    return state is not None and state.state == "done"
 
 
 async def _stop_fenced(agent: Agent) -> None:
