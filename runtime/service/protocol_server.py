@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable
 import h11
 import trio
 from hypercorn.config import Config
-from hypercorn.events import Event, RawData
+from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.task_group import TaskGroup
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 
@@ -102,7 +102,20 @@ class ServiceConnection(TCPServer):
 
     async def _read_data(self) -> None:
         try:
-            await super()._read_data()
+            if self.config.read_timeout is not None:
+                await super()._read_data()
+                return
+            # Hypercorn's loop less its `fail_after(inf)`, a cancel scope per read for no
+            # timeout (the service sets none: keep-alive and body timeouts bound a client).
+            while True:
+                try:
+                    data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+                await self.protocol.handle(RawData(bytes(data)))
+                if data == b"":
+                    break
+            await self.protocol.handle(Closed())
         finally:
             self.watch.close()
 
