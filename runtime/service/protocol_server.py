@@ -1,10 +1,12 @@
 """One connection's protocol server: Hypercorn's `TCPServer` with a sized response written
-in one write, a keep-alive timer that moves a deadline instead of restarting a task per
-request, and the `ConnectionWatch` that cancels the requests waiting on it when it ends."""
+in one write (without a scheduling point when the socket takes it at once), a keep-alive
+timer that moves a deadline instead of restarting a task per request, no cancel scope per
+read, and the `ConnectionWatch` that cancels the requests waiting on it when it ends."""
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Awaitable, Callable
 
 import h11
@@ -28,6 +30,16 @@ def _sized_head(data: bytes) -> bool:
     """Whether `data` is an HTTP/1.x response head announcing a Content-Length."""
     end = data.find(b"\r\n\r\n")
     return data.startswith(b"HTTP/1.") and end >= 0 and b"\r\ncontent-length:" in data[:end].lower()
+
+
+def _write_now(stream: trio.SocketStream, data: bytes) -> bytes:
+    """Write what the socket takes without blocking; the bytes left. Any error leaves all of
+    them to trio's `send_all`, which reports it as Hypercorn expects (a closed stream)."""
+    try:
+        sent = os.write(stream.socket.fileno(), data)
+    except OSError:
+        return data
+    return data[sent:]
 
 
 class _IdleDeadline:
@@ -76,9 +88,41 @@ class ServiceConnection(TCPServer):
                 return
             if self._held:
                 event = RawData(data=self._take(event.data))
+            stream = self.stream
+            if isinstance(stream, trio.SocketStream) and self._request_read():
+                await self._write(stream, event.data)
+                return
         elif self._held:
             await super().protocol_send(RawData(data=self._take(b"")))
         await super().protocol_send(event)
+
+    async def _write(self, stream: trio.SocketStream, data: bytes) -> None:
+        """Hypercorn's write (under the send lock, shielded) with its two scheduling points
+        (the lock's and the socket's) left out when the socket takes the bytes at once, as
+        it does but for a full send buffer; the rest goes through trio's `send_all`."""
+        self.send_lock.acquire_nowait()
+        try:
+            rest = _write_now(stream, data)
+            if rest:
+                try:
+                    with trio.CancelScope(shield=True):
+                        await stream.send_all(rest)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self.protocol.handle(Closed())
+        finally:
+            self.send_lock.release()
+
+    def _request_read(self) -> bool:
+        """Whether the request was read whole over HTTP/1.1, no other write under way: the
+        write may skip its scheduling points. Not when a refusal answers before the body came: the
+        connection closes next, and a client still sending its body would be reset before
+        it read the answer unless it gets to run first."""
+        protocol = self.protocol.protocol
+        return (
+            not self.send_lock.locked()
+            and isinstance(protocol, H11Protocol)
+            and getattr(protocol.connection, "their_state", None) is h11.DONE
+        )
 
     def _holds(self, data: bytes) -> bool:
         protocol = self.protocol.protocol
