@@ -87,6 +87,7 @@ def serve_uvicorn(port: int) -> None:
     )
     server = uvicorn.Server(config)
     sock = config.bind_socket()
+    sock.listen(config.backlog)  # bound is not listening: a client could come too early
     print(f"listening on http://127.0.0.1:{port}", flush=True)
     server.run(sockets=[sock])
 
