@@ -239,10 +239,16 @@ def _peers(report: dict[str, Any]) -> Headlines:
 def _serve(report: dict[str, Any]) -> Headlines:
     out: Headlines = {}
     for row in report["results"]:
-        label = f"{row['sessions']} sessions, model {row['model_latency_ms']:g} ms"
+        label = (
+            f"{row['sessions']} × {row['turns_per_session']}, "
+            f"{row.get('provider', 'sim')} {row['model_latency_ms']:g} ms"
+        )
         out[f"{label}: turns/s over HTTP"] = row["turns_per_s"]
         out[f"{label}: send p50 ms"] = row["send"]["p50_ms"]
         out[f"{label}: send p99 ms"] = row["send"]["p99_ms"]
+        if "turns_per_s_x_direct" in row:
+            out[f"{label}: turns/s × in-process"] = row["turns_per_s_x_direct"]
+            out[f"{label}: server CPU/turn × in-process"] = row["cpu_per_turn_x_direct"]
     return out
 
 

@@ -1,22 +1,30 @@
-"""Service benchmark: N concurrent sessions driving `actorloop serve` over HTTP.
+"""Service benchmark: N concurrent sessions driving `actorloop serve` over HTTP, against the
+same turns in-process and an HTTP floor, each side in a process of its own.
 
 Run from the repository root:
 
-    python -m benchmarks.bench_serve [--quick]
+    python -m benchmarks.bench_serve [--quick] [--baseline-tree PATH]
 
 Writes benchmarks/results/serve.json and benchmarks/results/serve.md (`--quick` writes
 serve-quick.*).
 
-A real `actorloop serve` runs as a subprocess on 127.0.0.1 (SQLite store in a temporary
-directory, the simulator as the model, dev invariants off, auth on), and this process is
-the load: one trio run with an httpx client whose pool holds a connection per session.
+Three kinds of process, none sharing an event loop with another: the server (`actorloop
+serve` on 127.0.0.1, SQLite store in a temporary directory, auth on, dev invariants off);
+the load, `benchmarks/lean_client.py` (raw keep-alive HTTP/1.1, one socket per session, no
+pipelining, minimal parsing), which reads the server's CPU time from /proc around each timed
+phase; and the in-process comparison, `benchmarks/serve_direct.py` (`agent.send`, same store
+kind, same agents, no HTTP). The agents' model answers at once without building a wire body
+(`benchmarks/serve_app.py`; the simulator's request encoding would be counted as the loop's
+cost) — one configuration runs the simulator as before for comparison.
+
 Per configuration, N sessions are created, then each sends T messages one after another
-(`POST /v1/sessions/{id}/messages`, waiting for the turn: one model step per turn), all N
-sessions at once. Reported per configuration: turns/s over the whole run, and the latency
-of a waiting send (p50, p90, p99, max) — the time an API client waits for a turn to end,
-i.e. the HTTP exchange plus the turn (every event appended, flushed to SQLite) plus the
-simulated model latency. A light read (`GET /v1/sessions/{id}`) is timed alongside, and
-one stream (`GET .../events?follow=false`) per session at the end.
+(`POST /v1/sessions/{id}/messages`, waiting for the turn), all N sessions at once: turns/s,
+send latency, server CPU per turn. Then each session reads itself (`GET /v1/sessions/{id}`)
+at the history lengths the configuration names: server CPU per read. The HTTP floor is
+`GET /healthz` from 10 connections: on the service, on a bare Hypercorn-trio + Starlette app
+with as many ASGI middlewares, and on uvicorn + Starlette (`benchmarks/serve_floor.py`).
+`--baseline-tree PATH` runs the server from another checkout too (its runtime/, actors/,
+codecs/ in place of this tree's), in the same run: a before/after.
 """
 
 from __future__ import annotations
@@ -25,222 +33,159 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import httpx
-import trio
+from attrs import frozen
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 RESULTS = HERE / "results"
 TOKEN = "bench-token"
+PACKAGE_DIRS = ("runtime", "actors", "codecs")
+"""The folders installed as actorloop.runtime, .actors, .codecs (pyproject.toml)."""
+
+
+@frozen
+class Config:
+    """One measured configuration: sessions × turns, the model's latency, the provider
+    (`echo`: `serve_app`'s; `sim`: the simulator), and the history lengths to read at."""
+
+    sessions: int
+    turns: int
+    latency_ms: float = 0.0
+    provider: str = "echo"
+    read_at: tuple[int, ...] = ()
+
+
 CONFIGS = (
-    # (sessions, turns per session, simulated model latency in ms)
-    (1, 200, 0.0),
-    (10, 50, 0.0),
-    (100, 10, 0.0),
-    (300, 5, 0.0),
-    (100, 10, 50.0),
+    Config(1, 200),
+    Config(10, 50, read_at=(10, 50)),
+    Config(100, 10),
+    Config(300, 5),
+    Config(100, 10, 50.0),
+    Config(10, 200, read_at=(10, 50, 100, 200)),
+    Config(10, 50, provider="sim"),
 )
-QUICK_CONFIGS = ((1, 50, 0.0), (10, 10, 0.0), (50, 4, 0.0), (50, 4, 50.0))
+QUICK_CONFIGS = (
+    Config(1, 50),
+    Config(10, 20, read_at=(10, 20)),
+    Config(50, 4, 50.0),
+    Config(10, 20, provider="sim"),
+)
+FLOOR_CONNECTIONS = 10
 
 
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
-def start_server(root: Path, latency_ms: float) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "ACTORLOOP_API_TOKEN": TOKEN}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "actorloop.runtime.console",
-            "serve",
-            "--port",
-            "0",
-            "--store",
-            f"sqlite:{root / f'serve-{latency_ms:g}.db'}",
-            "--sim-latency-ms",
-            str(latency_ms),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=root,
+def run_json(command: Sequence[str], env: dict[str, str] | None = None) -> Any:
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800, check=False
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r} {proc.communicate()[1]}")
-    return proc, line.split("listening on ", 1)[1].split(" ", 1)[0]
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def shim(tree: Path, where: Path) -> Path:
+    """A folder whose `actorloop` namespace maps onto `tree`'s package folders; first on
+    PYTHONPATH, it wins over this checkout's editable install."""
+    package = where / "actorloop"
+    package.mkdir(parents=True)
+    for name in PACKAGE_DIRS:
+        (package / name).symlink_to((tree / name).resolve(), target_is_directory=True)
+    return where
 
 
-def stop_server(proc: subprocess.Popen[str]) -> int:
-    proc.terminate()
-    proc.communicate(timeout=120)
-    return proc.returncode
+class Server:
+    """A server process (the service, or a floor) and its URL, stopped by `stop`."""
 
-
-async def run_config(
-    url: str, server_pid: int, sessions: int, turns: int, tag: str
-) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    sends: list[float] = []
-    reads: list[float] = []
-    streams: list[float] = []
-    errors = 0
-    ids = [f"{tag}-{index}" for index in range(sessions)]
-
-    def client() -> httpx.AsyncClient:
-        # One client (one connection) per session, as N independent API clients: a shared
-        # pool of N connections costs the load generator O(N) per request.
-        return httpx.AsyncClient(base_url=url, headers=headers, timeout=300)
-
-    async def create(session_id: str) -> None:
-        async with client() as own:
-            (await own.post("/v1/sessions", json={"session_id": session_id})).raise_for_status()
-
-    async with trio.open_nursery() as nursery:
-        for session_id in ids:
-            nursery.start_soon(create, session_id)
-
-    connected = 0
-    all_connected = trio.Event()
-    go = trio.Event()
-
-    async def drive(session_id: str) -> None:
-        nonlocal errors, connected
-        async with client() as own:
-            (await own.get("/healthz")).raise_for_status()  # connected before the clock runs
-            connected += 1
-            if connected == sessions:
-                all_connected.set()
-            await go.wait()
-            for turn in range(turns):
-                started = time.perf_counter()
-                response = await own.post(
-                    f"/v1/sessions/{session_id}/messages",
-                    json={"content": f"message {turn} of the benchmark"},
-                )
-                sends.append(time.perf_counter() - started)
-                if response.status_code != 200 or response.json()["reason"] != "completed":
-                    errors += 1
-                started = time.perf_counter()
-                (await own.get(f"/v1/sessions/{session_id}")).raise_for_status()
-                reads.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            response = await own.get(f"/v1/sessions/{session_id}/events?follow=false")
-            response.raise_for_status()
-            streams.append(time.perf_counter() - started)
-
-    async with trio.open_nursery() as nursery:
-        for session_id in ids:
-            nursery.start_soon(drive, session_id)
-        await all_connected.wait()
-        began = time.perf_counter()
-        client_cpu, server_cpu = time.process_time(), cpu_seconds(server_pid)
-        go.set()
-    wall = time.perf_counter() - began
-    client_cpu = time.process_time() - client_cpu
-    server_cpu = cpu_seconds(server_pid) - server_cpu
-
-    def ms(samples: list[float]) -> dict[str, float]:
-        return {
-            "p50_ms": round(percentile(samples, 0.50) * 1e3, 2),
-            "p90_ms": round(percentile(samples, 0.90) * 1e3, 2),
-            "p99_ms": round(percentile(samples, 0.99) * 1e3, 2),
-            "max_ms": round(max(samples) * 1e3, 2),
-            "mean_ms": round(statistics.fmean(samples) * 1e3, 2),
-        }
-
-    total = sessions * turns
-    return {
-        "sessions": sessions,
-        "turns_per_session": turns,
-        "turns": total,
-        "errors": errors,
-        "wall_s": round(wall, 3),
-        "turns_per_s": round(total / wall, 1),
-        "http_requests_per_s": round(2 * total / wall, 1),
-        "server_cpu_ms_per_turn": round(server_cpu * 1e3 / total, 2),
-        "client_cpu_ms_per_turn": round(client_cpu * 1e3 / total, 2),
-        "send": ms(sends),
-        "read": ms(reads),
-        "stream_follow_false": ms(streams),
-    }
-
-
-async def http_floor(url: str, server_pid: int, clients: int, requests: int) -> dict[str, Any]:
-    """`GET /healthz` from `clients` connections: the cost of an HTTP exchange through
-    Hypercorn and Starlette with nothing behind it, the floor under every figure above."""
-    done = 0
-
-    async def hammer() -> None:
-        nonlocal done
-        async with httpx.AsyncClient(base_url=url) as own:
-            for _ in range(requests):
-                (await own.get("/healthz")).raise_for_status()
-                done += 1
-
-    server_cpu = cpu_seconds(server_pid)
-    began = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for _ in range(clients):
-            nursery.start_soon(hammer)
-    wall = time.perf_counter() - began
-    server_cpu = cpu_seconds(server_pid) - server_cpu
-    return {
-        "clients": clients,
-        "requests": done,
-        "requests_per_s": round(done / wall, 1),
-        "server_cpu_ms_per_request": round(server_cpu * 1e3 / done, 3),
-    }
-
-
-async def direct_baseline(root: Path, sessions: int, turns: int, latency_ms: float) -> float:
-    """Turns/s of the same load driven in-process (`agent.send`, no HTTP): what the service
-    adds is the difference."""
-    from actorloop.runtime import AgentOptions, Runtime
-    from actorloop.runtime.cli.orchestration import LOOKUP, make_sim
-
-    store = f"sqlite:{root / f'direct-{sessions}-{turns}-{latency_ms:g}.db'}"
-    async with Runtime.open(store=store, provider=make_sim(latency_ms, None)) as rt:
-        options = AgentOptions(
-            model="sim-1", system="You are a helpful assistant.", tools=(LOOKUP,)
+    def __init__(self, command: Sequence[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
         )
-        agents = [await rt.spawn(options) for _ in range(sessions)]
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"server did not start: {line!r} {self.proc.communicate()[1]}")
+        self.url = line.split("listening on ", 1)[1].split(" ", 1)[0].strip()
 
-        async def drive(agent: Any) -> None:
-            for turn in range(turns):
-                await agent.send(f"message {turn} of the benchmark")
+    def client(self, *arguments: str, token: str | None = TOKEN) -> Any:
+        """The lean client's report on this server."""
+        command = [sys.executable, "-m", "benchmarks.lean_client", "--url", self.url]
+        command += ["--server-pid", str(self.proc.pid)]
+        if token is not None:
+            command += ["--token", token]
+        return run_json([*command, *arguments])
 
-        began = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for agent in agents:
-                nursery.start_soon(drive, agent)
-        return sessions * turns / (time.perf_counter() - began)
+    def stop(self) -> int:
+        self.proc.terminate()
+        self.proc.communicate(timeout=120)
+        return self.proc.returncode
+
+
+def start_service(
+    root: Path, config: Config, tag: str, pythonpath: str | None, label: str
+) -> Server:
+    env = {**os.environ, "ACTORLOOP_API_TOKEN": TOKEN}
+    env["BENCH_SERVE_LATENCY_MS"] = str(config.latency_ms)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, str(ROOT)) if p)
+    command = [sys.executable, "-m", "actorloop.runtime.console", "serve", "--port", "0"]
+    command += ["--store", f"sqlite:{root / f'serve-{label}-{tag}.db'}"]
+    if config.provider == "sim":
+        command += ["--sim-latency-ms", str(config.latency_ms)]
+    else:
+        command += ["--app", "benchmarks.serve_app:setup"]
+    return Server(command, env, root)
+
+
+def measure_service(
+    root: Path, config: Config, tag: str, pythonpath: str | None, label: str
+) -> dict[str, Any]:
+    server = start_service(root, config, tag, pythonpath, label)
+    try:
+        arguments = ["sessions", "--sessions", str(config.sessions), "--turns", str(config.turns)]
+        arguments += ["--tag", tag, "--read-at", ",".join(str(n) for n in config.read_at)]
+        report = server.client(*arguments)
+        report["healthz_floor"] = server.client(
+            "floor", "--connections", str(FLOOR_CONNECTIONS), token=None
+        )
+    finally:
+        code = server.stop()
+    if code != 0:
+        raise RuntimeError(f"the server exited {code} after its drain")
+    return dict(report)
+
+
+def measure_direct(root: Path, config: Config, tag: str) -> dict[str, Any]:
+    store = str(root / f"direct-{tag}.db")
+    arguments = [str(config.sessions), str(config.turns), str(config.latency_ms), store]
+    arguments.append(config.provider)
+    return dict(run_json([sys.executable, "-m", "benchmarks.serve_direct", *arguments]))
+
+
+def measure_floor(kind: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = Server([sys.executable, "-m", "benchmarks.serve_floor", kind], env, ROOT)
+    try:
+        return dict(server.client("floor", "--connections", str(FLOOR_CONNECTIONS), token=None))
+    finally:
+        server.stop()
 
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "platform": platform.platform()}
-    for package in ("trio", "httpx", "hypercorn", "starlette", "sse-starlette", "orjson"):
+    for package in ("trio", "hypercorn", "h11", "starlette", "uvicorn", "orjson"):
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -248,38 +193,55 @@ def versions() -> dict[str, str]:
     return out
 
 
-def measure(quick: bool) -> dict[str, Any]:
+def row_for(config: Config, served: dict[str, Any], direct: dict[str, Any]) -> dict[str, Any]:
+    turns = served["turns"]
+    return {
+        "sessions": config.sessions,
+        "turns_per_session": config.turns,
+        "model_latency_ms": config.latency_ms,
+        "provider": config.provider,
+        "turns": turns["count"],
+        "errors": turns["errors"],
+        "turns_per_s": turns["per_s"],
+        "server_cpu_ms_per_turn": turns["server_cpu_ms_each"],
+        "client_cpu_ms_per_turn": turns["client_cpu_ms_each"],
+        "send": {key: turns[key] for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms")},
+        "reads": served["reads"],
+        "healthz": served["healthz_floor"],
+        "direct_turns_per_s": direct["turns_per_s"],
+        "direct_cpu_ms_per_turn": direct["cpu_ms_per_turn"],
+        "turns_per_s_x_direct": round(turns["per_s"] / direct["turns_per_s"], 3),
+        "cpu_per_turn_x_direct": round(turns["server_cpu_ms_each"] / direct["cpu_ms_per_turn"], 3),
+    }
+
+
+def measure(quick: bool, baseline: Path | None) -> dict[str, Any]:
     load_before = os.getloadavg()
-    rows = []
-    floor: dict[str, Any] = {}
+    trees: list[tuple[str, str | None]] = [("this tree", None)]
+    rows: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
-        for latency in sorted({config[2] for config in (QUICK_CONFIGS if quick else CONFIGS)}):
-            proc, url = start_server(root, latency)
-            try:
-                if not floor:
-                    floor = trio.run(http_floor, url, proc.pid, 10, 50 if quick else 200)
-                for index, (sessions, turns, config_latency) in enumerate(
-                    QUICK_CONFIGS if quick else CONFIGS
-                ):
-                    if config_latency != latency:
-                        continue
-                    row = trio.run(run_config, url, proc.pid, sessions, turns, f"c{index}")
-                    row["model_latency_ms"] = latency
-                    direct = trio.run(direct_baseline, root, sessions, turns, latency)
-                    row["direct_turns_per_s"] = round(direct, 1)
-                    rows.append(row)
-                    print(
-                        f"{sessions} sessions × {turns} turns, model {latency:g} ms: "
-                        f"{row['turns_per_s']} turns/s, send p50 {row['send']['p50_ms']} ms, "
-                        f"p99 {row['send']['p99_ms']} ms; CPU ms/turn server "
-                        f"{row['server_cpu_ms_per_turn']}, client {row['client_cpu_ms_per_turn']}",
-                        flush=True,
-                    )
-            finally:
-                code = stop_server(proc)
-            if code != 0:
-                raise RuntimeError(f"the server exited {code} after its drain")
+        if baseline is not None:
+            trees.append(("baseline", str(shim(baseline, root / "baseline-shim"))))
+        floors = {kind: measure_floor(kind) for kind in ("hypercorn", "uvicorn")}
+        for kind, floor in floors.items():
+            print(f"floor {kind}: {floor['server_cpu_ms_each']} ms server CPU/request", flush=True)
+        for index, config in enumerate(QUICK_CONFIGS if quick else CONFIGS):
+            tag = f"c{index}"
+            direct = measure_direct(root, config, tag)
+            for label, pythonpath in trees:
+                served = measure_service(root, config, tag, pythonpath, label.replace(" ", "-"))
+                row = row_for(config, served, direct)
+                rows.setdefault(label, []).append(row)
+                print(
+                    f"{label}: {config.sessions} × {config.turns} ({config.provider}, "
+                    f"{config.latency_ms:g} ms): {row['turns_per_s']} turns/s "
+                    f"(× in-process {row['turns_per_s_x_direct']}), server CPU/turn "
+                    f"{row['server_cpu_ms_per_turn']} ms (× in-process "
+                    f"{row['cpu_per_turn_x_direct']}), reads "
+                    f"{ {n: r['server_cpu_ms_each'] for n, r in row['reads'].items()} }",
+                    flush=True,
+                )
     return {
         "benchmark": "serve",
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -288,59 +250,103 @@ def measure(quick: bool) -> dict[str, Any]:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "quick": quick,
-        "http_floor": floor,
-        "results": rows,
+        "baseline_tree": None if baseline is None else str(baseline),
+        "floors": floors,
+        "results": rows["this tree"],
+        "baseline_results": rows.get("baseline", []),
     }
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| sessions × turns | model | turns/s | in-process turns/s | × in-process "
+        "| server CPU/turn | in-process CPU/turn | × in-process | send p50 | send p99 "
+        "| client CPU/turn | `/healthz` server CPU | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['sessions']} × {row['turns_per_session']} "
+            f"| {row['provider']}, {row['model_latency_ms']:g} ms | {row['turns_per_s']} "
+            f"| {row['direct_turns_per_s']} | {row['turns_per_s_x_direct']} "
+            f"| {row['server_cpu_ms_per_turn']} ms | {row['direct_cpu_ms_per_turn']} ms "
+            f"| {row['cpu_per_turn_x_direct']} | {row['send']['p50_ms']} ms "
+            f"| {row['send']['p99_ms']} ms | {row['client_cpu_ms_per_turn']} ms "
+            f"| {row['healthz']['server_cpu_ms_each']} ms | {row['errors']} |"
+        )
+    return lines
+
+
+def _reads(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for row in rows:
+        for turns, read in row["reads"].items():
+            lines.append(
+                f"| {row['sessions']} × {row['turns_per_session']} | {turns} "
+                f"| {read['server_cpu_ms_each']} ms | {read['p50_ms']} ms | {read['errors']} |"
+            )
+    return lines
 
 
 def render(report: dict[str, Any]) -> str:
     v = report["versions"]
+    floors = report["floors"]
     lines = [
         "# Service benchmark",
         "",
-        f"`python -m benchmarks.bench_serve{' --quick' if report['quick'] else ''}` — Python "
+        f"`python -m benchmarks.bench_serve{' --quick' if report['quick'] else ''}"
+        f"{' --baseline-tree ...' if report['baseline_tree'] else ''}` — Python "
         f"{v['python']} on {v['platform']} ({report['cpus']} CPUs; trio {v['trio']}, "
-        f"hypercorn {v['hypercorn']}, starlette {v['starlette']}, httpx {v['httpx']}), "
-        f"{report['date']}.",
+        f"hypercorn {v['hypercorn']}, h11 {v['h11']}, starlette {v['starlette']}, uvicorn "
+        f"{v['uvicorn']}), {report['date']}.",
         f"Load average (1/5/15 min) before: {report['load_average_before']}, after: "
-        f"{report['load_average_after']} (the machine may be shared).",
+        f"{report['load_average_after']} (the machine is shared).",
         "",
-        "`actorloop serve` in a subprocess (SQLite store, simulator, auth on) and the load in "
-        "this process (httpx, one connection per session): N sessions each send T waiting "
-        "messages one after another, all sessions at once. One model step per turn; each "
-        "turn's events are flushed to SQLite before the send answers. After every send the "
-        "client also reads the session (`GET /v1/sessions/{id}`).",
+        "Server, load and in-process comparison each in a process of their own: the load is "
+        "`benchmarks/lean_client.py` (raw keep-alive HTTP/1.1, one socket per session), the "
+        "server's CPU is read from /proc around each timed phase. A turn is one waiting "
+        "`POST /v1/sessions/{id}/messages` (one model step, its events flushed to SQLite "
+        "before the answer). Model *echo*: answers at once, builds no wire body "
+        "(`benchmarks/serve_app.py`); *sim*: the simulator of `actorloop serve`, whose "
+        "request encoding grows with history.",
         "",
-        "| sessions × turns | model latency | turns/s | in-process turns/s | HTTP requests/s "
-        "| send p50 | send p90 | send p99 | send max | read p50 | read p99 "
-        "| server CPU/turn | client CPU/turn | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "## This tree",
+        "",
+        *_table(report["results"]),
     ]
-    for row in report["results"]:
-        send, read = row["send"], row["read"]
-        lines.append(
-            f"| {row['sessions']} × {row['turns_per_session']} | {row['model_latency_ms']:g} ms "
-            f"| {row['turns_per_s']} | {row['direct_turns_per_s']} "
-            f"| {row['http_requests_per_s']} | {send['p50_ms']} ms "
-            f"| {send['p90_ms']} ms | {send['p99_ms']} ms | {send['max_ms']} ms "
-            f"| {read['p50_ms']} ms | {read['p99_ms']} ms "
-            f"| {row['server_cpu_ms_per_turn']} ms | {row['client_cpu_ms_per_turn']} ms "
-            f"| {row['errors']} |"
-        )
+    if report["baseline_results"]:
+        lines += ["", "## Baseline tree (same run)", "", *_table(report["baseline_results"])]
     lines += [
         "",
-        f"HTTP floor: `GET /healthz` (nothing behind it) from {report['http_floor']['clients']} "
-        f"connections ran at {report['http_floor']['requests_per_s']} requests/s, "
-        f"{report['http_floor']['server_cpu_ms_per_request']} ms of server CPU per request "
-        "(Hypercorn + Starlette on this machine).",
+        "## `GET /v1/sessions/{id}` at a history length",
         "",
-        "*in-process turns/s*: the same sessions and turns driven with `agent.send` in one "
-        "process (same store kind, same simulator, no HTTP): the gap is what the service "
-        "adds. *CPU/turn*: user + system CPU of the server process and of the load generator "
-        "over the timed run, per turn (each turn is a send and a read). Client and server "
-        "share the machine's cores, so when the client's CPU per turn exceeds the server's, "
-        "the load generator itself bounds the figures; the server is one trio thread "
-        "(agents and HTTP in one event loop).",
+        "| sessions × turns | turns so far | server CPU/read | read p50 | errors |",
+        "|---|---:|---:|---:|---:|",
+        *_reads(report["results"]),
+    ]
+    if report["baseline_results"]:
+        lines += [
+            "",
+            "Baseline tree:",
+            "",
+            "| sessions × turns | turns so far | server CPU/read | read p50 | errors |",
+            "|---|---:|---:|---:|---:|",
+            *_reads(report["baseline_results"]),
+        ]
+    lines += [
+        "",
+        "## HTTP floor",
+        "",
+        f"`GET /healthz` from {FLOOR_CONNECTIONS} keep-alive connections, server CPU per "
+        "request: bare Hypercorn (trio worker) + Starlette with 6 pass-through ASGI "
+        f"middlewares {floors['hypercorn']['server_cpu_ms_each']} ms "
+        f"({floors['hypercorn']['per_s']} requests/s); uvicorn (h11, asyncio) + the same "
+        f"app {floors['uvicorn']['server_cpu_ms_each']} ms ({floors['uvicorn']['per_s']} "
+        "requests/s). The service's own `/healthz` is in each row above.",
+        "",
+        "*× in-process*: serve ÷ in-process, in one run. *server CPU/turn*: user + system "
+        "CPU of the server process over the timed turns ÷ turns; *client CPU/turn* the lean "
+        "client's, a separate process.",
         "",
     ]
     return "\n".join(lines)
@@ -349,8 +355,15 @@ def render(report: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sessions and turns")
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="another checkout whose server to measure in the same run (before/after)",
+    )
     args = parser.parse_args()
-    report = measure(args.quick)
+    report = measure(args.quick, args.baseline_tree)
     text = render(report)
     RESULTS.mkdir(exist_ok=True)
     suffix = "-quick" if args.quick else ""

@@ -7,6 +7,8 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .disconnects import connection_watch
+
 log = logging.getLogger("actorloop.http.access")
 
 CLIENT_CLOSED_REQUEST = 499
@@ -51,6 +53,9 @@ class AccessLog:
             await self.app(scope, receiving, sending)
         finally:
             if status is None:
+                # On HTTP/1.1 the connection, not a read of `receive`, sees the client leave.
+                watch = connection_watch(scope)
+                client_left = client_left or (watch is not None and watch.closed)
                 status = CLIENT_CLOSED_REQUEST if client_left else NO_RESPONSE
             log.info("%s", access_line(scope, status, body_bytes))
 

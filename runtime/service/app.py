@@ -62,13 +62,20 @@ def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
     return sorted(methods)
 
 
+def scope_query(request: Request) -> bytes:
+    """The request's raw query string (b"" for none)."""
+    query: bytes = request.scope.get("query_string", b"")
+    return query
+
+
 def _endpoint(handler: Handler, query: frozenset[str] = frozenset()) -> Handler:
     """Typed errors become their error response; anything else a logged 500. A query
     parameter the route does not take is refused (422), not ignored."""
 
     async def run(request: Request) -> Response:
         try:
-            unknown = sorted(set(request.query_params) - query)
+            # Most requests carry no query string: not parsing one saves Starlette's parse.
+            unknown = sorted(set(request.query_params) - query) if scope_query(request) else ()
             if unknown:
                 raise InvalidRequestBody(
                     f"unknown query parameters {unknown[:5]!r:.200}; this route takes "
@@ -93,6 +100,26 @@ def _endpoint(handler: Handler, query: frozenset[str] = frozenset()) -> Handler:
     return run
 
 
+def _ready_message(receive: Receive) -> Callable[[], Message | None]:
+    """What takes a message `receive` already holds without waiting (None when there is
+    none): Hypercorn's `receive` is a trio memory channel's, into which a body that came
+    with its request is put before the app runs, so reading it needs no cancel scope for
+    the body timeout and no scheduling point (each a resume of the whole ASGI await chain).
+    Any other `receive` always waits."""
+    channel = getattr(receive, "__self__", None)
+    if not isinstance(channel, trio.MemoryReceiveChannel):
+        return lambda: None
+
+    def ready() -> Message | None:
+        try:
+            message: Message = channel.receive_nowait()
+        except trio.WouldBlock:
+            return None
+        return message
+
+    return ready
+
+
 class _BodyLimit:
     """Bodies above `limit` bytes get 413 BODY_TOO_LARGE: at once when Content-Length says
     so, else as soon as the received bytes pass it (the handler's read raises); a body that
@@ -114,23 +141,27 @@ class _BodyLimit:
         seen = 0
         ended = False
         deadline = trio.current_time() + self.seconds
+        ready = _ready_message(receive)
 
         async def limited() -> Message:
             nonlocal seen, ended
             if ended:  # past the body only the disconnect is left: no deadline
                 return await receive()
-            with trio.move_on_at(deadline):
-                message = await receive()
-                if message["type"] == "http.request":
-                    seen += len(message.get("body", b""))
-                    if seen > self.limit:
-                        raise InvalidRequestBody(self._message(), ErrorCode.BODY_TOO_LARGE)
-                    ended = not message.get("more_body", False)
-                return message
-            raise InvalidRequestBody(
-                f"the request body did not arrive within {self.seconds:g} s",
-                ErrorCode.BODY_READ_TIMEOUT,
-            )
+            message = ready()
+            if message is None:
+                with trio.move_on_at(deadline):
+                    message = await receive()
+                if message is None:
+                    raise InvalidRequestBody(
+                        f"the request body did not arrive within {self.seconds:g} s",
+                        ErrorCode.BODY_READ_TIMEOUT,
+                    )
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise InvalidRequestBody(self._message(), ErrorCode.BODY_TOO_LARGE)
+                ended = not message.get("more_body", False)
+            return message
 
         await self.app(scope, limited, send)
 

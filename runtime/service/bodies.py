@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 import orjson
 from attrs import field, frozen
@@ -233,6 +233,22 @@ def _check_integers(raw: bytes) -> None:
     json.loads(raw, parse_int=_refuse_integer)
 
 
+def _plain_send(value: Any) -> SendMessage | None:
+    """The send of the common body, `{"content": "<text>"}` with perhaps `"wait": <bool>`,
+    built without the schema run it would pass (an integer beyond ±(2^53 - 1) can only be
+    in the text, where it is no integer); None for any other body, which takes the full
+    path (and gets its error from there)."""
+    if type(value) is not dict or not 1 <= len(value) <= 2:
+        return None
+    content = value.get("content")
+    wait = value.get("wait", True)
+    if type(content) is not str or type(wait) is not bool:
+        return None
+    if len(value) == 2 and "wait" not in value:
+        return None
+    return SendMessage((Text(content),), wait)
+
+
 def parse_body(raw: bytes, cls: type[T]) -> T:
     """The request `cls` from a JSON body: INVALID_JSON if it does not parse, else
     VALIDATION_FAILED naming the first place it breaks the schema. An empty body is `{}`;
@@ -241,6 +257,10 @@ def parse_body(raw: bytes, cls: type[T]) -> T:
         value = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestBody(f"the body is not JSON: {exc}", ErrorCode.INVALID_JSON) from exc
+    if cls is SendMessage:
+        plain_send = _plain_send(value)
+        if plain_send is not None:
+            return cast(T, plain_send)
     if _LONG_NUMBER.search(raw):
         _check_integers(raw)
     error = best_match(BODIES[cls].validator.iter_errors(value))

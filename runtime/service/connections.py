@@ -10,13 +10,12 @@ from functools import partial
 
 import trio
 from hypercorn.config import Config
-from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState
 from hypercorn.utils import repr_socket_addr, wrap_app
 from starlette.types import ASGIApp
 
 from ..errors import sole_error
+from .protocol_server import ServiceConnection
 
 log = logging.getLogger("actorloop.http")
 
@@ -29,11 +28,11 @@ ConnectionWrapper = Callable[[ConnectionHandler], ConnectionHandler]
 
 def hypercorn_connection(app: ASGIApp, config: Config, context: WorkerContext) -> ConnectionHandler:
     """Hypercorn's protocol server (HTTP/1.1, and HTTP/2 when the client asks) for one
-    connection, serving `app`."""
+    connection, serving `app` (`ServiceConnection`)."""
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")  # type: ignore[arg-type]
 
     async def serve_connection(stream: trio.SocketStream) -> None:
-        await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
+        await ServiceConnection(wrapped, config, context, stream)
 
     return serve_connection
 

@@ -31,6 +31,7 @@ from .bodies import (
     check_message,
     parse_body,
 )
+from .disconnects import unless_disconnected
 from .drain import Drain
 from .durable_keys import ReplayFlag, StoredResponse
 from .errors import InvalidRequestBody
@@ -119,29 +120,6 @@ def _bool_param(raw: str | None, name: str, default: bool) -> bool:
     if raw not in ("true", "false"):
         raise InvalidRequestBody(f"{name} must be true or false, got {raw[:40]!r}")
     return raw == "true"
-
-
-async def _until_disconnected(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def _unless_disconnected(request: Request, work: Callable[[], Awaitable[Any]]) -> Any:
-    """Run `work` as the request's caller: a client that disconnects cancels it (and, for a
-    send, its turn only: caller cancellation). None when the client went away."""
-    result: Any = None
-    async with trio.open_nursery() as nursery:
-
-        async def watch() -> None:
-            await _until_disconnected(request.receive)
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(watch)
-        result = await work()
-        nursery.cancel_scope.cancel()
-    return result
 
 
 def request_detail(rebuilt: RebuiltRequest) -> RequestDetail:
@@ -265,7 +243,7 @@ class Handlers:
             return replayed(
                 json_response(await self.service.send(session_id, body, replay=flag), 202), flag
             )
-        outcome = await _unless_disconnected(
+        outcome = await unless_disconnected(
             request, partial(self.service.send, session_id, body, replay=flag)
         )
         if outcome is None:
@@ -332,7 +310,7 @@ class Handlers:
         async def produce() -> Response:
             body = parse_body(await request.body(), Decide)
             work = partial(decide, self.service, request.path_params["id"], call_id, body)
-            outcome = await _unless_disconnected(request, work)
+            outcome = await unless_disconnected(request, work)
             if outcome is None:
                 return NO_ANSWER
             return json_response(outcome, 200)

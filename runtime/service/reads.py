@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...codecs.converter import unstructure
-from ..log.ledger import session_ledger
 from ..log.session import Session
 from ..model.budget import Spend
 from ..model.meta import DamagedSession, SessionMeta
@@ -57,11 +56,12 @@ def session_detail(
     *,
     live: bool,
     live_profile: str | None,
+    spend: Spend,
     subtree: Spend,
 ) -> SessionDetail:
     """One session's detail: `status` and `live` as the service sees it, the profile its
-    agent runs (or the one recorded at creation), `subtree` what it and its stored
-    subagents spent."""
+    agent runs (or the one recorded at creation), `spend` what it spent itself, `subtree`
+    what it and its stored subagents spent."""
     meta = session.meta
     usage = session.usage()
     header = session.header()
@@ -87,6 +87,6 @@ def session_detail(
             compaction_calls=usage.compaction_calls,
             cached_fraction=usage.cached_fraction,
         ),
-        spend=spend_report(session_ledger(meta, session.events).total),
+        spend=spend_report(spend),
         subtree_spend=spend_report(subtree),
     )

@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import trio
 from attrs import evolve
@@ -23,6 +24,7 @@ from ..errors import (
     VerificationFailed,
 )
 from ..host.runtime import Runtime
+from ..log.ledger import Ledger, LedgerFold
 from ..log.rebuild import RebuiltRequest, check_digest, rebuild_request
 from ..log.session import Session
 from ..log.verify import verify_log
@@ -97,6 +99,7 @@ class SessionService:
         self._resuming: dict[str, trio.Lock] = {}
         self._generation: dict[str, int] = {}
         self._started = trio.lowlevel.ParkingLot()
+        self._ledgers: WeakKeyDictionary[Session, LedgerFold] = WeakKeyDictionary()
         self.follow_durable: Callable[[str, int], Awaitable[None]] | None = None
         """Set by routing (several instances on one store): wait until a session's durable
         log holds more than the given number of events."""
@@ -294,13 +297,26 @@ class SessionService:
     async def detail(self, session_id: str) -> SessionDetail:
         """Status, lineage, turns, the folded header, usage and spend of one session."""
         session = await self.session(session_id)
+        own = self._ledger(session)
+        below = await tree_spend(self.runtime.store, session_id, include_root=False)
         return session_detail(
             session,
             self.status_of(session_id),
             live=self.runtime.get(session_id) is not None,
             live_profile=self.live_profile(session_id),
-            subtree=(await tree_spend(self.runtime.store, session_id)).total,
+            spend=own.total,
+            subtree=own.total + below.total,
         )
+
+    def _ledger(self, session: Session) -> Ledger:
+        """What `session` itself spent, folded over the events since the last read of it
+        (a live session's log only grows): a read costs the same at any history length."""
+        fold = self._ledgers.get(session)
+        if fold is None:
+            fold = self._ledgers[session] = LedgerFold()
+            fold.folded = session.meta.seed_length or 0  # the parent's: charged there
+        fold.add(session.events_since(fold.folded))
+        return fold.ledger()
 
     async def dispose(self, session_id: str) -> SessionState:
         """Dispose the live agent (its running turn ends `disposed`); the log stays."""
