@@ -40,6 +40,7 @@ from .values import (
     RECONFIGURABLE,
     OpenTurn,
     Persist,
+    PersistNow,
     QueuedDecision,
     SessionStartKind,
     TurnItem,
@@ -67,6 +68,7 @@ class LoopActor:
         "_outstanding",
         "_owned",
         "_persist",
+        "_persist_now",
         "_persisted",
         "_snapshots",
         "account",
@@ -106,6 +108,7 @@ class LoopActor:
         origin: SessionStartKind,
         on_finished: Callable[[LoopActor], None] = lambda _loop: None,
         save_snapshot: SaveSnapshot | None = None,
+        persist_now: PersistNow | None = None,
     ) -> None:
         self.session = session
         self.options = options
@@ -113,6 +116,9 @@ class LoopActor:
         self.origin = origin
         self._global_hooks = global_hooks
         self._persist = persist
+        self._persist_now = persist_now
+        """The barrier written here when the codec can (no schedule point, no hand-off);
+        None: every barrier awaits `persist`."""
         self.compactor = compactor
         self._on_finished = on_finished
         self.agent = Agent(session, self)
@@ -495,6 +501,13 @@ class LoopActor:
         await self.barrier()
 
     async def barrier(self) -> None:
+        if self._flush_lock is None or not self._flush_lock.locked():
+            # No hand-off under way: written here when the codec can (persistence.md §4.2),
+            # with nothing to shield and no lock to take (no schedule point until the
+            # checkpoint, so no other barrier of this loop can start in between).
+            if self._persisted_now():
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return
         # `_persisted` moves past the events handed off, so the hand-off must not be cut
         # short: a cancel landing before they reach the codec would leave a gap in the
         # store, which then refuses every later batch. The barrier is shielded (a pending
@@ -520,3 +533,21 @@ class LoopActor:
             finally:
                 lock.release()
         await trio.lowlevel.checkpoint_if_cancelled()
+
+    def _persisted_now(self) -> bool:
+        """The barrier's hand-off written by the codec here and now (True; raising as the
+        barrier would), or nothing done (False): the codec must queue it, or a fold
+        snapshot is due (saving it waits)."""
+        persist_now = self._persist_now
+        keeper = self._snapshots
+        if persist_now is None or (keeper is not None and keeper.due(self.session)):
+            return False
+        end = len(self.session)
+        try:
+            if not persist_now(self.session.id, self.session.events_since(self._persisted)):
+                return False
+        except BaseException:
+            self._persisted = end  # handed off, and failed: as a queued hand-off that failed
+            raise
+        self._persisted = end
+        return True
