@@ -501,13 +501,13 @@ class LoopActor:
         await self.barrier()
 
     async def barrier(self) -> None:
-        if self._flush_lock is None or not self._flush_lock.locked():
-            # No hand-off under way: written here when the codec can (persistence.md §4.2),
-            # with nothing to shield and no lock to take (no schedule point until the
-            # checkpoint, so no other barrier of this loop can start in between).
-            if self._persisted_now():
-                await trio.lowlevel.checkpoint_if_cancelled()
-                return
+        # No hand-off under way: written here when the codec can (persistence.md §4.2),
+        # with nothing to shield and no lock to take (no schedule point until the
+        # checkpoint, so no other barrier of this loop can start in between).
+        lock = self._flush_lock
+        if (lock is None or not lock.locked()) and self._persisted_now():
+            await trio.lowlevel.checkpoint_if_cancelled()
+            return
         # `_persisted` moves past the events handed off, so the hand-off must not be cut
         # short: a cancel landing before they reach the codec would leave a gap in the
         # store, which then refuses every later batch. The barrier is shielded (a pending
