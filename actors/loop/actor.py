@@ -367,13 +367,17 @@ class LoopActor:
     async def seam(self, name: str, value: Any) -> Any:
         """Run the waterfall `name`, then stop here if the turn was cancelled: a listener
         may cancel and return normally, and what it returned must then be dropped."""
-        result = await run_waterfall(name, self.chain(name), self.agent, value)
+        chain = self.chain(name)
+        if chain:  # no listener: the value passes as it is, with no dispatch to set up
+            value = await run_waterfall(name, chain, self.agent, value)
         await trio.lowlevel.checkpoint_if_cancelled()
-        return result
+        return value
 
     async def serial_seam(self, name: str, value: Any) -> None:
         """Run the serial event `name`, then stop here if the turn was cancelled."""
-        await run_serial(self.chain(name), self.agent, value)
+        chain = self.chain(name)
+        if chain:
+            await run_serial(chain, self.agent, value)
         await trio.lowlevel.checkpoint_if_cancelled()
 
     def notify(self, name: str, value: Any) -> None:

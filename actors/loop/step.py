@@ -342,8 +342,11 @@ async def _stream(
 def _tool_choice_for(ctx: StepContext, turn: OpenTurn, seed: LlmCallConfig) -> LlmCallConfig:
     """The seed with the options' forcing `tool_choice` lifted once the turn called tools,
     and restored at a turn's first step (the folded header still holds the lifted one)."""
-    forced = ctx.options.call_config().tool_choice
-    if not ctx.options.reset_tool_choice or forced is None or forced.mode not in FORCING:
+    options = ctx.options
+    if not options.reset_tool_choice or options.tool_choice is None:
+        return seed  # nothing to lift or restore (and no config to build: the usual case)
+    forced = options.call_config().tool_choice
+    if forced is None or forced.mode not in FORCING:
         return seed
     wanted = None if turn.called_tools else forced
     return seed if seed.tool_choice == wanted else evolve(seed, tool_choice=wanted)
