@@ -11,7 +11,7 @@ import orjson
 import trio
 from attrs import evolve
 
-from ...codecs.jsonvalue import freeze_json
+from ...codecs.jsonvalue import check_text
 from ...runtime.control.approvals import DeferredApprovals
 from ...runtime.control.handle import ToolContext
 from ...runtime.control.hooks import run_waterfall
@@ -52,7 +52,8 @@ def tool_text(output: object) -> tuple[Text, ...] | None:
     else:
         return None
     try:
-        freeze_json([block.text for block in blocks], "$.output")
+        for block in blocks:
+            check_text(block.text, "$.output")  # the log holds only text with a UTF-8 form
     except JsonValueError:
         return None
     return blocks

@@ -35,9 +35,9 @@ from .admission import (
     type_name,
 )
 from .event_log import EventLog, FoldState
-from .replay import Replays, replay
+from .replay import FOLD_STEPS, Replays, checked_structure, replay
 from .surface import SurfaceFold
-from .usage import UsageTotals
+from .usage import USAGE_DATA, UsageTotals
 
 log = logging.getLogger("actorloop.session")
 
@@ -276,17 +276,29 @@ class Session:
             check_envelope(event, seq)
         if detach:
             event = detached(event, seq, data_detached=data_detached)
-        state.structure.check(event)
-        state.surface.check(event, self._log.__getitem__)
-        if type(event.data) in HEADER_DATA:
+        # Dispatched by the data's exact class, as the load's replay does (`replay.py`):
+        # its structure rule, and only the folds that can do anything with it.
+        data, op = event.data, event.surface_op
+        steps = FOLD_STEPS.get(_type_of(data))
+        if steps is None:  # a subclass of IgnorableData: the generic calls decide
+            steps = (checked_structure, True, _type_of(data) in HEADER_DATA)
+        rule, advances, feeds_header = steps
+        structure = state.structure
+        rule(structure, event, data)
+        if op is not None and _type_of(op) is not Append:
+            state.surface.check(event, self._log.__getitem__)
+        if feeds_header:
             preview_header(state.header, event, seq)
         # All checks passed: commit without any further possibility of failure.
         self._log.append(event)
-        state.structure.advance(event)
-        if event.surface_op is not None:
+        if advances:
+            structure.advance(event)
+        if op is not None:
             state.surface.apply(event)
-        state.header.feed(event)
-        state.usage.add(event)
+        if feeds_header:
+            state.header.feed(event)
+        if _type_of(data) in USAGE_DATA:
+            state.usage.add(event)
         self._notify(event)
         return event
 
