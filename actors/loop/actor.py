@@ -22,7 +22,7 @@ from ...runtime.control.hooks import (
     run_waterfall,
 )
 from ...runtime.control.options import AgentOptions, Tool
-from ...runtime.log.approvals import ApprovalLedger
+from ...runtime.log.approvals import LEDGER_DATA, ApprovalLedger
 from ...runtime.log.session import Session
 from ...runtime.log.tokens import TokenMeter
 from ...runtime.model.approvals import DecisionKind, PendingApproval
@@ -460,7 +460,8 @@ class LoopActor:
         event = self.session.append(
             event_type, data, surface_op=surface_op, source_event_seqs=sources
         )
-        self.approvals.advance(event)
+        if type(event.data) in LEDGER_DATA:
+            self.approvals.advance(event)
         chain = self.chain("session/event")
         if chain:
             run_notify("session/event", chain, self.agent, event)
@@ -505,11 +506,7 @@ class LoopActor:
         await self.barrier()
 
     async def barrier(self) -> None:
-        # No hand-off under way: written here when the codec can (persistence.md §4.2),
-        # with nothing to shield and no lock to take (no schedule point until the
-        # checkpoint, so no other barrier of this loop can start in between).
-        lock = self._flush_lock
-        if (lock is None or not lock.locked()) and self._persisted_now():
+        if self.barrier_now():
             await trio.lowlevel.checkpoint_if_cancelled()
             return
         # `_persisted` moves past the events handed off, so the hand-off must not be cut
@@ -538,13 +535,22 @@ class LoopActor:
                 lock.release()
         await trio.lowlevel.checkpoint_if_cancelled()
 
-    def _persisted_now(self) -> bool:
+    def barrier_now(self) -> bool:
         """The barrier's hand-off written by the codec here and now (True; raising as the
-        barrier would), or nothing done (False): the codec must queue it, or a fold
-        snapshot is due (saving it waits)."""
+        barrier would), or nothing done (False: await `barrier`): a hand-off is under way,
+        the codec must queue this one, or a fold snapshot is due (saving it waits).
+
+        With no hand-off under way there is nothing to shield and no lock to take: there is
+        no schedule point until the caller's next one, so no other barrier of this loop can
+        start in between (persistence.md §4.2)."""
         persist_now = self._persist_now
+        lock = self._flush_lock
         keeper = self._snapshots
-        if persist_now is None or (keeper is not None and keeper.due(self.session)):
+        if (
+            persist_now is None
+            or (lock is not None and lock.locked())
+            or (keeper is not None and keeper.due(self.session))
+        ):
             return False
         end = len(self.session)
         try:
