@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 import trio
@@ -62,7 +62,13 @@ class CodecActor:
     every later submit or barrier raise StoreError. Nothing is dropped silently.
     """
 
-    def __init__(self, store: Store, *, capacity: int = 1024) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        capacity: int = 1024,
+        after_write: Callable[[], None] | None = None,
+    ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError("CodecActor capacity must be an int >= 1 (the mailbox is bounded)")
         self.store = store
@@ -85,6 +91,9 @@ class CodecActor:
         that concurrent loops still share a group commit instead of taking one each."""
         self._sole_writer: str | None = None
         """The session that wrote the last round (inline or not) alone, if one did."""
+        self._after_write = after_write
+        """Called after every write the store made durable (the collector policy's
+        `after_flush`), before the barriers it covers are answered."""
 
     # the actor ------------------------------------------------------------------------
 
@@ -138,6 +147,9 @@ class CodecActor:
                 raise
             except Exception as exc:
                 self._failed(writes, exc)
+            else:
+                if self._after_write is not None:
+                    self._after_write()
         self._answer(barriers)
 
     def _plan(
@@ -305,6 +317,9 @@ class CodecActor:
                     return False
             except Exception as exc:
                 self._failed({session_id: list(events)}, exc)
+            else:
+                if self._after_write is not None:
+                    self._after_write()
         if self._failure is not None:
             raise self._error()
         failure = self._session_failures.pop(session_id, None)

@@ -171,7 +171,7 @@ class Runtime:
         store_obj = open_store(store) if isinstance(store, str) else store
         if compactor is None and compaction:
             compactor = CompactionActor()
-        codec = CodecActor(store_obj)
+        codec = CodecActor(store_obj, after_write=policy.after_flush())
         restore_collector = policy.apply()
         try:
             async with _plain_errors(), trio.open_nursery() as services:
