@@ -270,7 +270,9 @@ class Session:
         data_detached: bool = False,
         envelope_checked: bool = False,
     ) -> SessionEvent:
-        state = self._folded()
+        state = self._state
+        if state is None:
+            state = self._folded()
         seq = len(self._log)
         if not envelope_checked:
             check_envelope(event, seq)
