@@ -53,6 +53,8 @@ CHUNK_TYPES = frozenset(get_args(StreamChunk))
 
 
 def _render_system(base: str | None, sections: object) -> str:
+    if sections == ():  # no listener contributed (the usual case): the base prompt alone
+        return base or ""
     if not isinstance(sections, tuple) or not all(isinstance(s, str) for s in sections):
         raise TypeError("system-prompt/assemble listeners must return a tuple of str")
     return "\n\n".join(part for part in (base or "", *sections) if part)
