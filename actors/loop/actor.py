@@ -462,7 +462,7 @@ class LoopActor:
         )
         if type(event.data) in LEDGER_DATA:
             self.approvals.advance(event)
-        chain = self.chain("session/event")
+        chain = listeners_for("session/event", self._global_hooks, self.agent.hooks)
         if chain:
             run_notify("session/event", chain, self.agent, event)
         if self._appended is not None:

@@ -318,7 +318,8 @@ async def _stream(
                         ErrorCode.PROTOCOL_ERROR,
                     )
                 try:
-                    event = ctx.append_event(
+                    # `append` itself, not `append_event`: a chunk is no surface event.
+                    event = ctx.append(
                         "assistant/chunk", AssistantChunk(step.turn, step.number, chunk)
                     )
                 except SessionValidationError as exc:
