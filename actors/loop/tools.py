@@ -245,9 +245,10 @@ async def _finish_call(
         step.finished.setdefault(info.call_id, outcome)
         # A listener may have cancelled and returned normally: the seam drops its rewrite
         # and context; the cleanup writes the tool's real result (it finished).
-        outcome = _checked_outcome(
-            await ctx.seam("tools/post-execute", outcome), info, "tools/post-execute"
-        )
+        posted = await ctx.seam("tools/post-execute", outcome)
+        # The outcome itself back (no listener rewrote it) was checked just above.
+        if posted is not outcome:
+            outcome = _checked_outcome(posted, info, "tools/post-execute")
         results.ready(index, outcome)
     finally:
         if slots is not None:
@@ -291,7 +292,7 @@ async def _execute_logged(
 ) -> ToolOutcome:
     """The innermost `tools/execute`: it runs the call exactly as its `tool/call` logged
     it (a listener's `next(replacement)` may not run another tool or other arguments)."""
-    if info != logged:
+    if info is not logged and info != logged:
         raise HookError(
             f"a tools/execute listener passed a different call down for {logged.call_id!r}; "
             "the call that runs is the one its tool/call logged (rewrite calls in "

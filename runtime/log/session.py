@@ -118,7 +118,7 @@ class Session:
         as a load's replay does; for the events after a restored snapshot. Nobody
         observes a session being loaded, so no observer is told."""
         for event in events:
-            self._commit(event, detach=False)
+            self._commit(event, len(self._log), detach=False)
 
     @property
     def folds(self) -> FoldState:
@@ -251,7 +251,11 @@ class Session:
             surface_op,
         )
         return self._commit(
-            event, detach=True, data_detached=data_detached, envelope_checked=envelope_checked
+            event,
+            seq,
+            detach=True,
+            data_detached=data_detached,
+            envelope_checked=envelope_checked,
         )
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
@@ -260,20 +264,21 @@ class Session:
         The committed event is a detached, normalized copy (deeply frozen, strictly typed),
         so later mutation of anything the caller holds changes nothing in the log.
         """
-        return self._commit(event, detach=True)
+        return self._commit(event, len(self._log), detach=True)
 
     def _commit(
         self,
         event: SessionEvent,
+        seq: int,
         *,
         detach: bool,
         data_detached: bool = False,
         envelope_checked: bool = False,
     ) -> SessionEvent:
+        """Check and append `event` as the event at `seq` (the log's length)."""
         state = self._state
         if state is None:
             state = self._folded()
-        seq = len(self._log)
         if not envelope_checked:
             check_envelope(event, seq)
         if detach:
