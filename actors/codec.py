@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 import trio
@@ -12,7 +12,7 @@ from attrs import frozen
 
 from ..runtime.errors import GroupCommitError, SessionWriteError, StoreError
 from ..runtime.model.events import SessionEvent
-from ..runtime.stores.base import Batch, InlineStore, Store, inline_store
+from ..runtime.stores.base import Batch, Store, inline_store
 from .kernel import Mailbox, Reply
 
 log = logging.getLogger("actorloop.codec")
@@ -62,7 +62,13 @@ class CodecActor:
     every later submit or barrier raise StoreError. Nothing is dropped silently.
     """
 
-    def __init__(self, store: Store, *, capacity: int = 1024) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        capacity: int = 1024,
+        after_write: Callable[[], None] | None = None,
+    ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError("CodecActor capacity must be an int >= 1 (the mailbox is bounded)")
         self.store = store
@@ -85,6 +91,9 @@ class CodecActor:
         that concurrent loops still share a group commit instead of taking one each."""
         self._sole_writer: str | None = None
         """The session that wrote the last round (inline or not) alone, if one did."""
+        self._after_write = after_write
+        """Called after every write the store made durable (the collector policy's
+        `after_flush`), before the barriers it covers are answered."""
 
     # the actor ------------------------------------------------------------------------
 
@@ -138,6 +147,9 @@ class CodecActor:
                 raise
             except Exception as exc:
                 self._failed(writes, exc)
+            else:
+                if self._after_write is not None:
+                    self._after_write()
         self._answer(barriers)
 
     def _plan(
@@ -272,25 +284,54 @@ class CodecActor:
 
     async def persist(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         """Submit and wait until durable (a barrier of `session_id`, see `flush`). Written
-        by its caller when nothing could share its commit, it returns with no schedule point
-        (persistence.md §4.2)."""
-        reply: Reply[None] = Reply()
-        submit = _Submit(session_id, tuple(events), reply)
+        by its caller when nothing could share its commit (`persist_now`), it returns with
+        no schedule point (persistence.md §4.2); otherwise `persist_queued`."""
+        if not self.persist_now(session_id, events):
+            await self.persist_queued(session_id, events)
+
+    def persist_now(self, session_id: str, events: Sequence[SessionEvent]) -> bool:
+        """`persist` here and now, when nothing is queued or being written and the store
+        commits without waiting: True once durable (raising as the barrier would), False
+        when it must queue (nothing was written or answered: call `persist_queued`).
+
+        Nothing is queued or being written, so this round alone is next in line, and an
+        inline commit never waits: it runs here, whole, with no task hop. No schedule point
+        either: one now would run other tasks' work inside this caller's latency, before
+        its request leaves (its cancel point follows in the caller; the loop yields when it
+        awaits the provider). Planned, reported and failed as a round of the actor's."""
+        store = self._inline
         if (
-            self._inline is not None
-            and not self._in_round
-            and self._queue_empty()
-            and (self._inline_always or self._alone_next(session_id))
+            store is None
+            or self._in_round
+            or self._mailbox
+            or not (self._inline_always or self._alone_next(session_id))
         ):
-            # Nothing is queued or being written: this round alone is next in line, and
-            # an inline commit never waits, so it runs here, whole, with no task hop. It
-            # returns with no schedule point either: one now would run other tasks' work
-            # inside this caller's latency, before its request leaves (its cancel point
-            # follows in the caller; the loop yields when it awaits the provider).
-            self._check_open()
-            if self._inline_round(self._inline, submit):
-                return reply.result()
-        await self._send_message(submit)
+            return False
+        self._check_open()
+        # A session with an unreported failure writes nothing until a barrier has reported
+        # it (`_plan`): those events are covered by that report.
+        if events and session_id not in self._session_failures:
+            self._sole_writer = session_id
+            try:
+                if not store.append_batch_now(((session_id, events),)):
+                    return False
+            except Exception as exc:
+                self._failed({session_id: list(events)}, exc)
+            else:
+                if self._after_write is not None:
+                    self._after_write()
+        if self._failure is not None:
+            raise self._error()
+        failure = self._session_failures.pop(session_id, None)
+        if failure is not None:
+            raise self._session_error(session_id, failure)
+        return True
+
+    async def persist_queued(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+        """`persist` through the actor's channel: the next round writes it, with whatever
+        else is queued by then (a group commit), and answers it."""
+        reply: Reply[None] = Reply()
+        await self._send_message(_Submit(session_id, tuple(events), reply))
         await reply.wait()
 
     def _alone_next(self, session_id: str) -> bool:
@@ -302,23 +343,6 @@ class CodecActor:
         sockets."""
         writer = self._sole_writer
         return writer == session_id or (writer is not None and _nothing_runnable())
-
-    def _queue_empty(self) -> bool:
-        return not self._mailbox
-
-    def _inline_round(self, store: InlineStore, submit: _Submit) -> bool:
-        """The round of `submit` alone, here; False when the store cannot commit it without
-        waiting (nothing was written or answered: the caller queues it)."""
-        writes, barriers = self._plan([submit])
-        if writes:
-            self._sole_writer = submit.session_id
-            try:
-                if not store.append_batch_now(_batch(writes)):
-                    return False
-            except Exception as exc:
-                self._failed(writes, exc)
-        self._answer(barriers)
-        return True
 
     async def aclose(self) -> None:
         """Write everything queued, then stop; raises StoreError if anything is not durable."""

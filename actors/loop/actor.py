@@ -22,7 +22,7 @@ from ...runtime.control.hooks import (
     run_waterfall,
 )
 from ...runtime.control.options import AgentOptions, Tool
-from ...runtime.log.approvals import ApprovalLedger
+from ...runtime.log.approvals import LEDGER_DATA, ApprovalLedger
 from ...runtime.log.session import Session
 from ...runtime.log.tokens import TokenMeter
 from ...runtime.model.approvals import DecisionKind, PendingApproval
@@ -40,6 +40,7 @@ from .values import (
     RECONFIGURABLE,
     OpenTurn,
     Persist,
+    PersistNow,
     QueuedDecision,
     SessionStartKind,
     TurnItem,
@@ -67,6 +68,7 @@ class LoopActor:
         "_outstanding",
         "_owned",
         "_persist",
+        "_persist_now",
         "_persisted",
         "_snapshots",
         "account",
@@ -106,6 +108,7 @@ class LoopActor:
         origin: SessionStartKind,
         on_finished: Callable[[LoopActor], None] = lambda _loop: None,
         save_snapshot: SaveSnapshot | None = None,
+        persist_now: PersistNow | None = None,
     ) -> None:
         self.session = session
         self.options = options
@@ -113,6 +116,9 @@ class LoopActor:
         self.origin = origin
         self._global_hooks = global_hooks
         self._persist = persist
+        self._persist_now = persist_now
+        """The barrier written here when the codec can (no schedule point, no hand-off);
+        None: every barrier awaits `persist`."""
         self.compactor = compactor
         self._on_finished = on_finished
         self.agent = Agent(session, self)
@@ -361,13 +367,17 @@ class LoopActor:
     async def seam(self, name: str, value: Any) -> Any:
         """Run the waterfall `name`, then stop here if the turn was cancelled: a listener
         may cancel and return normally, and what it returned must then be dropped."""
-        result = await run_waterfall(name, self.chain(name), self.agent, value)
+        chain = self.chain(name)
+        if chain:  # no listener: the value passes as it is, with no dispatch to set up
+            value = await run_waterfall(name, chain, self.agent, value)
         await trio.lowlevel.checkpoint_if_cancelled()
-        return result
+        return value
 
     async def serial_seam(self, name: str, value: Any) -> None:
         """Run the serial event `name`, then stop here if the turn was cancelled."""
-        await run_serial(self.chain(name), self.agent, value)
+        chain = self.chain(name)
+        if chain:
+            await run_serial(chain, self.agent, value)
         await trio.lowlevel.checkpoint_if_cancelled()
 
     def notify(self, name: str, value: Any) -> None:
@@ -450,8 +460,9 @@ class LoopActor:
         event = self.session.append(
             event_type, data, surface_op=surface_op, source_event_seqs=sources
         )
-        self.approvals.advance(event)
-        chain = self.chain("session/event")
+        if type(event.data) in LEDGER_DATA:
+            self.approvals.advance(event)
+        chain = listeners_for("session/event", self._global_hooks, self.agent.hooks)
         if chain:
             run_notify("session/event", chain, self.agent, event)
         if self._appended is not None:
@@ -495,6 +506,9 @@ class LoopActor:
         await self.barrier()
 
     async def barrier(self) -> None:
+        if self.barrier_now():
+            await trio.lowlevel.checkpoint_if_cancelled()
+            return
         # `_persisted` moves past the events handed off, so the hand-off must not be cut
         # short: a cancel landing before they reach the codec would leave a gap in the
         # store, which then refuses every later batch. The barrier is shielded (a pending
@@ -520,3 +534,30 @@ class LoopActor:
             finally:
                 lock.release()
         await trio.lowlevel.checkpoint_if_cancelled()
+
+    def barrier_now(self) -> bool:
+        """The barrier's hand-off written by the codec here and now (True; raising as the
+        barrier would), or nothing done (False: await `barrier`): a hand-off is under way,
+        the codec must queue this one, or a fold snapshot is due (saving it waits).
+
+        With no hand-off under way there is nothing to shield and no lock to take: there is
+        no schedule point until the caller's next one, so no other barrier of this loop can
+        start in between (persistence.md §4.2)."""
+        persist_now = self._persist_now
+        lock = self._flush_lock
+        keeper = self._snapshots
+        if (
+            persist_now is None
+            or (lock is not None and lock.locked())
+            or (keeper is not None and keeper.due(self.session))
+        ):
+            return False
+        end = len(self.session)
+        try:
+            if not persist_now(self.session.id, self.session.events_since(self._persisted)):
+                return False
+        except BaseException:
+            self._persisted = end  # handed off, and failed: as a queued hand-off that failed
+            raise
+        self._persisted = end
+        return True

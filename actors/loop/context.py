@@ -114,6 +114,11 @@ class TurnContext(Protocol):
         """Everything appended so far is handed to the codec and durable."""
         ...
 
+    def barrier_now(self) -> bool:
+        """The barrier written here with no schedule point (True), or nothing done (False:
+        await `barrier`)."""
+        ...
+
 
 class StepContext(TurnContext, LoopView, Protocol):
     """What a step reads (options, provider, compactor, steering) and keeps between steps

@@ -30,6 +30,10 @@ class SnapshotKeeper:
         """The length the last snapshot covers (0: none yet, so a long log loaded by
         replaying it gets one at its first turn boundary)."""
 
+    def due(self, session: Session) -> bool:
+        """Whether the next barrier takes a snapshot (so its hand-off must wait to save it)."""
+        return snapshot_due(session, self._taken_at)
+
     def take(self, session: Session, meter: Callable[[], TokenMeter]) -> FoldSnapshot | None:
         """The snapshot to save once the events so far are durable, or None (not due, or
         inside a turn)."""

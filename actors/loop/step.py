@@ -53,6 +53,8 @@ CHUNK_TYPES = frozenset(get_args(StreamChunk))
 
 
 def _render_system(base: str | None, sections: object) -> str:
+    if sections == ():  # no listener contributed (the usual case): the base prompt alone
+        return base or ""
     if not isinstance(sections, tuple) or not all(isinstance(s, str) for s in sections):
         raise TypeError("system-prompt/assemble listeners must return a tuple of str")
     return "\n\n".join(part for part in (base or "", *sections) if part)
@@ -316,7 +318,8 @@ async def _stream(
                         ErrorCode.PROTOCOL_ERROR,
                     )
                 try:
-                    event = ctx.append_event(
+                    # `append` itself, not `append_event`: a chunk is no surface event.
+                    event = ctx.append(
                         "assistant/chunk", AssistantChunk(step.turn, step.number, chunk)
                     )
                 except SessionValidationError as exc:
@@ -342,8 +345,11 @@ async def _stream(
 def _tool_choice_for(ctx: StepContext, turn: OpenTurn, seed: LlmCallConfig) -> LlmCallConfig:
     """The seed with the options' forcing `tool_choice` lifted once the turn called tools,
     and restored at a turn's first step (the folded header still holds the lifted one)."""
-    forced = ctx.options.call_config().tool_choice
-    if not ctx.options.reset_tool_choice or forced is None or forced.mode not in FORCING:
+    options = ctx.options
+    if not options.reset_tool_choice or options.tool_choice is None:
+        return seed  # nothing to lift or restore (and no config to build: the usual case)
+    forced = options.call_config().tool_choice
+    if forced is None or forced.mode not in FORCING:
         return seed
     wanted = None if turn.called_tools else forced
     return seed if seed.tool_choice == wanted else evolve(seed, tool_choice=wanted)

@@ -11,7 +11,7 @@ import orjson
 import trio
 from attrs import evolve
 
-from ...codecs.jsonvalue import freeze_json
+from ...codecs.jsonvalue import check_text
 from ...runtime.control.approvals import DeferredApprovals
 from ...runtime.control.handle import ToolContext
 from ...runtime.control.hooks import run_waterfall
@@ -52,7 +52,8 @@ def tool_text(output: object) -> tuple[Text, ...] | None:
     else:
         return None
     try:
-        freeze_json([block.text for block in blocks], "$.output")
+        for block in blocks:
+            check_text(block.text, "$.output")  # the log holds only text with a UTF-8 form
     except JsonValueError:
         return None
     return blocks
@@ -244,9 +245,10 @@ async def _finish_call(
         step.finished.setdefault(info.call_id, outcome)
         # A listener may have cancelled and returned normally: the seam drops its rewrite
         # and context; the cleanup writes the tool's real result (it finished).
-        outcome = _checked_outcome(
-            await ctx.seam("tools/post-execute", outcome), info, "tools/post-execute"
-        )
+        posted = await ctx.seam("tools/post-execute", outcome)
+        # The outcome itself back (no listener rewrote it) was checked just above.
+        if posted is not outcome:
+            outcome = _checked_outcome(posted, info, "tools/post-execute")
         results.ready(index, outcome)
     finally:
         if slots is not None:
@@ -290,7 +292,7 @@ async def _execute_logged(
 ) -> ToolOutcome:
     """The innermost `tools/execute`: it runs the call exactly as its `tool/call` logged
     it (a listener's `next(replacement)` may not run another tool or other arguments)."""
-    if info != logged:
+    if info is not logged and info != logged:
         raise HookError(
             f"a tools/execute listener passed a different call down for {logged.call_id!r}; "
             "the call that runs is the one its tool/call logged (rewrite calls in "

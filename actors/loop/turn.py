@@ -90,8 +90,7 @@ async def run_item(ctx: LoopContext, item: TurnItem) -> None:
             )
         else:
             reported = error
-        with trio.CancelScope(shield=True):
-            await _close(ctx, turn, reason)
+        await _close(ctx, turn, reason)
     if reported is not None:
         # After the turn is closed, so what a listener injects cannot land mid-batch.
         log.warning("turn %d of %s failed: %r", turn.number, ctx.id, reported)
@@ -105,15 +104,19 @@ async def run_item(ctx: LoopContext, item: TurnItem) -> None:
 
 
 async def _close(ctx: LoopContext, turn: OpenTurn, reason: TurnEndReason) -> None:
-    """The turn's close (run shielded): the open step closed, the owed post-step,
-    `turn/end`, then the barrier."""
+    """The turn's close: the open step closed, the owed post-step, `turn/end`, then the
+    barrier. What awaits runs shielded; the rest (and a barrier written inline, the usual
+    case) passes no schedule point, so it has nothing to shield."""
     _close_open_step(ctx, turn)
     owed = turn.ended_step
     if owed is not None and not owed.post_step_done:
-        await _post_step_in_close(ctx, owed, cancelled=turn.scope.cancel_called)
+        with trio.CancelScope(shield=True):
+            await _post_step_in_close(ctx, owed, cancelled=turn.scope.cancel_called)
     ctx.append_event("turn/end", TurnEnd(turn.number, reason))
     ctx.current_turn = None
-    await ctx.barrier()
+    if not ctx.barrier_now():
+        with trio.CancelScope(shield=True):
+            await ctx.barrier()
 
 
 def _result_of(ctx: TurnContext, turn: OpenTurn, reason: TurnEndReason) -> TurnResult:

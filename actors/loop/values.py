@@ -17,6 +17,9 @@ from ...runtime.model.hook_values import ContextItem, ToolOutcome, TurnResult
 from ...runtime.model.messages import Content, Source, ToolCall
 
 Persist = Callable[[str, Sequence[SessionEvent]], Awaitable[None]]
+PersistNow = Callable[[str, Sequence[SessionEvent]], bool]
+"""`CodecActor.persist_now`: the barrier written by its caller (True), or nothing done (False:
+await the `Persist`)."""
 ItemKind = Literal["message", "injection", "compaction", "reconciliation", "approval"]
 SessionStartKind = Literal["startup", "resume", "fork"]
 

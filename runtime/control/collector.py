@@ -42,7 +42,8 @@ class CollectorPolicy:
 
     `thresholds`: passed to `gc.set_threshold` when the runtime opens; the previous
     thresholds are restored when it closes (runtimes opened inside each other restore in
-    order). `freeze_after_start`: `gc.freeze()` once an agent's loop has started (spawn,
+    order). `freeze_after_flush`: `gc.freeze()` after every store write (see the field).
+    `freeze_after_start`: `gc.freeze()` once an agent's loop has started (spawn,
     resume, fork), so the session it loaded and the state it built move to the permanent
     generation and no later collection walks them again; when a loop ends, and when the
     runtime closes, `gc.unfreeze()` hands everything frozen back to the collector, whose
@@ -54,12 +55,25 @@ class CollectorPolicy:
 
     thresholds: tuple[int, int, int] | None = field(default=None, converter=_thresholds)
     freeze_after_start: bool = False
+    freeze_after_flush: bool = False
+    """`gc.freeze()` after every write of the store's codec (a group commit, or a barrier
+    written by its loop): the events it made durable, and what the turns built around them,
+    move to the permanent generation, so young collections stop walking them again. Undone
+    as `freeze_after_start` is: when a loop ends and when the runtime closes."""
 
     @classmethod
     def many_agents(cls) -> CollectorPolicy:
         """The documented setting for thousands of long-lived agents in one process:
-        `MANY_AGENTS_THRESHOLDS` and a freeze after every start."""
-        return cls(thresholds=MANY_AGENTS_THRESHOLDS, freeze_after_start=True)
+        `MANY_AGENTS_THRESHOLDS`, a freeze after every start and after every flush."""
+        return cls(
+            thresholds=MANY_AGENTS_THRESHOLDS, freeze_after_start=True, freeze_after_flush=True
+        )
+
+    @property
+    def freezes(self) -> bool:
+        """Whether this policy freezes anything (so it unfreezes when loops end, and at the
+        close)."""
+        return self.freeze_after_start or self.freeze_after_flush
 
     def apply(self) -> Callable[[], None]:
         """Set the thresholds; returns what undoes this policy (restores the thresholds it
@@ -71,7 +85,7 @@ class CollectorPolicy:
         def restore() -> None:
             if self.thresholds is not None:
                 gc.set_threshold(*saved)
-            if self.freeze_after_start:
+            if self.freezes:
                 gc.unfreeze()
 
         return restore
@@ -81,9 +95,14 @@ class CollectorPolicy:
         if self.freeze_after_start:
             gc.freeze()
 
+    def after_flush(self) -> Callable[[], None] | None:
+        """What the codec calls after each write it made durable (`gc.freeze`), or None when
+        this policy does nothing then."""
+        return gc.freeze if self.freeze_after_flush else None
+
     def after_finish(self) -> None:
         """Called once an agent's loop has ended."""
-        if self.freeze_after_start:
+        if self.freezes:
             gc.unfreeze()
 
 

@@ -129,15 +129,12 @@ class HookRegistry:
         return chain
 
 
-def listeners_for(name: str, *registries: HookRegistry) -> Chain:
-    """The dispatch chain for `name`: a snapshot, so (un)subscribing mid-dispatch is safe."""
-    if len(registries) == 2:  # the loop's case (runtime, agent): no list, often no copy
-        first, second = registries[0].chain(name), registries[1].chain(name)
-        return first + second if first and second else first or second
-    chain: list[Callable[..., Any]] = []
-    for registry in registries:
-        chain.extend(registry.chain(name))
-    return tuple(chain)
+def listeners_for(name: str, outer: HookRegistry, inner: HookRegistry) -> Chain:
+    """The dispatch chain for `name` (the runtime's listeners, then the agent's): a
+    snapshot, so (un)subscribing mid-dispatch is safe. Looked up on every seam and append:
+    no list, and often no copy."""
+    first, second = outer.chain(name), inner.chain(name)
+    return first + second if first and second else first or second
 
 
 def _is_async(listener: Callable[..., Any]) -> bool:

@@ -25,6 +25,7 @@ from ..model.header import (
     as_cache_breakpoints,
 )
 from ..model.messages import Content
+from .simple_schemas import SimpleCheck, compile_simple
 
 ToolOutput: TypeAlias = str | Content
 
@@ -148,6 +149,9 @@ class ArgumentsValidator:
     path and rule, or returns None when the arguments are valid."""
 
     validator: Any
+    simple: SimpleCheck | None = None
+    """The schema's fast check when it is simple (`simple_schemas.py`): arguments it passes
+    are valid; anything else, and every other schema, goes to the full validator."""
 
     @classmethod
     def compile(cls, tool: str, parameters: FrozenDict) -> ArgumentsValidator:
@@ -160,9 +164,11 @@ class ArgumentsValidator:
             raise InvalidToolSchema(
                 f"tool {tool!r}: parameters is not a valid JSON Schema: {exc.message}"
             ) from exc
-        return cls(kind(schema))
+        return cls(kind(schema), compile_simple(schema))
 
     def problem(self, args: Mapping[str, Any]) -> str | None:
+        if self.simple is not None and self.simple(args):
+            return None
         error = jsonschema.exceptions.best_match(self.validator.iter_errors(args))
         if error is None:
             return None

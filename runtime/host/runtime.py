@@ -104,6 +104,7 @@ class Runtime:
         # Bound once and shared by every loop: bound per spawn, they were two more objects
         # for each of thousands of idle agents to keep.
         self._persist = codec.persist
+        self._persist_now = codec.persist_now
         self._on_loop_finished = self._loop_finished
         folding = snapshot_store(store)
         self._save_snapshot = None if folding is None else folding.save_snapshot
@@ -170,7 +171,7 @@ class Runtime:
         store_obj = open_store(store) if isinstance(store, str) else store
         if compactor is None and compaction:
             compactor = CompactionActor()
-        codec = CodecActor(store_obj)
+        codec = CodecActor(store_obj, after_write=policy.after_flush())
         restore_collector = policy.apply()
         try:
             async with _plain_errors(), trio.open_nursery() as services:
@@ -437,6 +438,7 @@ class Runtime:
             provider=provider,
             global_hooks=self.hooks,
             persist=self._persist,
+            persist_now=self._persist_now,
             compactor=self.compactor,
             origin=origin,
             on_finished=self._on_loop_finished,

@@ -10,6 +10,9 @@ from attrs import define, field
 from ..model.approvals import ApprovalDecision, ApprovalRequest, PendingApproval
 from ..model.events import Replace, SessionEvent, ToolResultEvent, UserMessage
 
+LEDGER_DATA: frozenset[type] = frozenset({ApprovalRequest, ApprovalDecision, ToolResultEvent})
+"""The data classes `ApprovalLedger.advance` folds; it passes over every other event."""
+
 
 @define
 class ApprovalEntry:

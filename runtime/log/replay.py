@@ -27,7 +27,7 @@ _ENVELOPES: dict[str, tuple[type, bool | None]] = {
     name: (cls, name in SURFACE_TYPES) for name, cls in DATA_BY_TYPE.items()
 }
 """Per known event type: the exact class of its data, and whether it is a surface event."""
-_FOLD_STEPS: dict[type, tuple[Rule, bool, bool]] = {
+FOLD_STEPS: dict[type, tuple[Rule, bool, bool]] = {
     cls: (rule_of(cls), issubclass(cls, tuple(ADVANCING)), cls in HEADER_DATA)
     for cls in (*DATA_BY_TYPE.values(), IgnorableData)
 }
@@ -35,7 +35,9 @@ _FOLD_STEPS: dict[type, tuple[Rule, bool, bool]] = {
 structure advances on it, whether the header fold takes it."""
 
 
-def _checked_structure(structure: TurnStructure, event: SessionEvent, _data: object) -> None:
+def checked_structure(structure: TurnStructure, event: SessionEvent, _data: object) -> None:
+    """The structure rule of data no entry of `FOLD_STEPS` names (a subclass of
+    IgnorableData): `TurnStructure.check` decides."""
     structure.check(event)
 
 
@@ -63,7 +65,7 @@ def replay(log: EventLog, state: FoldState, events: Iterable[SessionEvent]) -> N
     advance = structure.advance
     surface_check, surface_apply, header_feed = surface.check, surface.apply, header.feed
     lookup = log.__getitem__
-    envelopes, fold_steps, header_data = _ENVELOPES, _FOLD_STEPS, HEADER_DATA
+    envelopes, fold_steps, header_data = _ENVELOPES, FOLD_STEPS, HEADER_DATA
     append_op, most = Append, MAX_SAFE_INT
     seq = len(own)
     kind: type | None
@@ -99,7 +101,7 @@ def replay(log: EventLog, state: FoldState, events: Iterable[SessionEvent]) -> N
                 raise SessionValidationError(seq, f"{event.type}: {problem}")
         steps = fold_steps.get(type(data))
         if steps is None:  # a subclass of IgnorableData: the generic calls decide
-            steps = (_checked_structure, True, type(data) in header_data)
+            steps = (checked_structure, True, type(data) in header_data)
         rule, advances, feeds_header = steps
         rule(structure, event, data)
         if op is not None and type(op) is not append_op:

@@ -13,7 +13,15 @@ from typing import Any
 
 from ...codecs.jsonvalue import freeze_json, freeze_object
 from ..errors import ErrorCode, SessionForkError, SessionValidationError
-from ..model.events import DATA_BY_TYPE, EventData, SessionEvent, SurfaceOp, TurnEnd
+from ..model.events import (
+    DATA_BY_TYPE,
+    SURFACE_TYPES,
+    Append,
+    EventData,
+    SessionEvent,
+    SurfaceOp,
+    TurnEnd,
+)
 from ..model.header import EpochHeader
 from ..model.messages import Message
 from ..model.meta import SessionMeta, now_ms
@@ -27,13 +35,16 @@ from .admission import (
     type_name,
 )
 from .event_log import EventLog, FoldState
-from .replay import Replays, replay
+from .replay import FOLD_STEPS, Replays, checked_structure, replay
 from .surface import SurfaceFold
-from .usage import UsageTotals
+from .usage import USAGE_DATA, UsageTotals
 
 log = logging.getLogger("actorloop.session")
 
 SessionObserver = Callable[[SessionEvent], None]
+
+_type_of = type
+"""`type`, under a name `Session.append`'s parameter `type` does not shadow."""
 
 
 class Session:
@@ -107,7 +118,7 @@ class Session:
         as a load's replay does; for the events after a restored snapshot. Nobody
         observes a session being loaded, so no observer is told."""
         for event in events:
-            self._commit(event, detach=False)
+            self._commit(event, len(self._log), detach=False)
 
     @property
     def folds(self) -> FoldState:
@@ -218,6 +229,19 @@ class Session:
             data = structure_data(freeze_json(dict(data), f"$[{seq}].data"), cls, seq, type)
             data_detached = True
         seqs = None if source_event_seqs is None else tuple(source_event_seqs)
+        surface = type in SURFACE_TYPES
+        # The envelope this append built is checked here when it has the usual shape (its
+        # seq and clock time are right by construction); any other goes to `check_envelope`.
+        envelope_checked = (
+            time is None
+            and _type_of(data) is cls
+            and (surface_op is None) is not surface
+            and (surface_op is None or _type_of(surface_op) is Append)
+            and (
+                seqs is None
+                or (surface and len(seqs) == 1 and _type_of(seqs[0]) is int and 0 <= seqs[0] < seq)
+            )
+        )
         event = SessionEvent(
             type,
             seq,
@@ -226,7 +250,13 @@ class Session:
             seqs,
             surface_op,
         )
-        return self._commit(event, detach=True, data_detached=data_detached)
+        return self._commit(
+            event,
+            seq,
+            detach=True,
+            data_detached=data_detached,
+            envelope_checked=envelope_checked,
+        )
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
         """Append an already-built event (its seq must be the next index).
@@ -234,27 +264,48 @@ class Session:
         The committed event is a detached, normalized copy (deeply frozen, strictly typed),
         so later mutation of anything the caller holds changes nothing in the log.
         """
-        return self._commit(event, detach=True)
+        return self._commit(event, len(self._log), detach=True)
 
     def _commit(
-        self, event: SessionEvent, *, detach: bool, data_detached: bool = False
+        self,
+        event: SessionEvent,
+        seq: int,
+        *,
+        detach: bool,
+        data_detached: bool = False,
+        envelope_checked: bool = False,
     ) -> SessionEvent:
-        state = self._folded()
-        seq = len(self._log)
-        check_envelope(event, seq)
+        """Check and append `event` as the event at `seq` (the log's length)."""
+        state = self._state
+        if state is None:
+            state = self._folded()
+        if not envelope_checked:
+            check_envelope(event, seq)
         if detach:
             event = detached(event, seq, data_detached=data_detached)
-        state.structure.check(event)
-        state.surface.check(event, self._log.__getitem__)
-        if type(event.data) in HEADER_DATA:
+        # Dispatched by the data's exact class, as the load's replay does (`replay.py`):
+        # its structure rule, and only the folds that can do anything with it.
+        data, op = event.data, event.surface_op
+        steps = FOLD_STEPS.get(_type_of(data))
+        if steps is None:  # a subclass of IgnorableData: the generic calls decide
+            steps = (checked_structure, True, _type_of(data) in HEADER_DATA)
+        rule, advances, feeds_header = steps
+        structure = state.structure
+        rule(structure, event, data)
+        if op is not None and _type_of(op) is not Append:
+            state.surface.check(event, self._log.__getitem__)
+        if feeds_header:
             preview_header(state.header, event, seq)
         # All checks passed: commit without any further possibility of failure.
         self._log.append(event)
-        state.structure.advance(event)
-        if event.surface_op is not None:
+        if advances:
+            structure.advance(event)
+        if op is not None:
             state.surface.apply(event)
-        state.header.feed(event)
-        state.usage.add(event)
+        if feeds_header:
+            state.header.feed(event)
+        if _type_of(data) in USAGE_DATA:
+            state.usage.add(event)
         self._notify(event)
         return event
 

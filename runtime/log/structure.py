@@ -149,7 +149,9 @@ class TurnStructure:
             raise self._fail(event, f"step {data.step} does not follow step {self.last_step}")
 
     def _in_step(self, event: SessionEvent, data: StepEnd | AssistantChunk) -> None:
-        self._need_step(event, data.turn, data.step)
+        # Every chunk of a stream comes here: the usual case passes without another call.
+        if self.open_step is None or data.step != self.open_step or data.turn != self.open_turn:
+            self._need_step(event, data.turn, data.step)
 
     def _assistant(self, event: SessionEvent, data: AssistantMessage) -> None:
         check_content(event)

@@ -142,7 +142,8 @@ def usage_of(events: Iterable[SessionEvent]) -> UsageTotals:
     """Usage summed over `events` (any slice of a log: a turn, a session, a seed)."""
     tally = _Tally()
     for event in events:
-        tally.add(event)
+        if type(event.data) in USAGE_DATA:  # what `add` counts; the rest pass, uncalled
+            tally.add(event)
     return tally.totals()
 
 

@@ -175,6 +175,14 @@ class _OpenBlock:
         return ToolCall(self.call_id or "", self.name or "", body)
 
 
+_DELTA_KINDS: dict[type, BlockKind] = {
+    TextDelta: "text",
+    ReasoningDelta: "reasoning",
+    ToolCallDelta: "tool_call",
+}
+"""The kind of block each delta chunk continues."""
+
+
 class ChunkAssembler:
     """Folds a chunk stream into content blocks (in block-index order), usage and finish."""
 
@@ -192,11 +200,10 @@ class ChunkAssembler:
             self._blocks[chunk.index] = _OpenBlock(chunk.kind, chunk.call_id, chunk.name)
         elif isinstance(chunk, (TextDelta, ReasoningDelta, ToolCallDelta)):
             block = self._blocks.get(chunk.index)
-            expected = {TextDelta: "text", ReasoningDelta: "reasoning", ToolCallDelta: "tool_call"}
-            if block is None or block.kind != expected[type(chunk)]:
+            if block is None or block.kind != _DELTA_KINDS[type(chunk)]:
                 raise StreamProtocolError(
                     f"{type(chunk).__name__} for block {chunk.index} that is not an open "
-                    f"{expected[type(chunk)]} block"
+                    f"{_DELTA_KINDS[type(chunk)]} block"
                 )
             block.parts.append(chunk.arguments if isinstance(chunk, ToolCallDelta) else chunk.text)
             if isinstance(chunk, ReasoningDelta):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Protocol, runtime_checkable
 
 from attrs import frozen
@@ -42,18 +41,30 @@ class Provider(Protocol):
         ...
 
 
-@asynccontextmanager
-async def opened_stream(
-    provider: Provider, request: Request
-) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+def opened_stream(provider: Provider, request: Request) -> OpenedStream:
     """`provider.stream(request)`, closed when the block ends — on completion, error or
     cancellation — so a provider's cleanup (its `finally`, its HTTP response) runs inside
     the scope that opened the stream, before the caller appends anything after it. Like
     `contextlib.aclosing`, for streams that may also be plain async iterators."""
-    stream = provider.stream(request)
-    try:
-        yield stream
-    finally:
-        aclose = getattr(stream, "aclose", None)
+    return OpenedStream(provider, request)
+
+
+class OpenedStream:
+    """The context manager `opened_stream` gives: a plain class, not a generator-based
+    one, since every model step enters one (no generator to start, hook and finalize)."""
+
+    __slots__ = ("_provider", "_request", "_stream")
+
+    def __init__(self, provider: Provider, request: Request) -> None:
+        self._provider = provider
+        self._request = request
+        self._stream: AsyncIterator[StreamChunk] | None = None
+
+    async def __aenter__(self) -> AsyncIterator[StreamChunk]:
+        stream = self._stream = self._provider.stream(self._request)
+        return stream
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        aclose = getattr(self._stream, "aclose", None)
         if aclose is not None:
             await aclose()

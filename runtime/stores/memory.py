@@ -100,6 +100,18 @@ class MemoryStore:
         Always True: committed (as `SqliteStore.append_batch_now`, which may decline)."""
         if self._closed:
             raise StoreError("memory store is closed")
+        if len(batch) == 1:
+            # One session (an inline barrier's round): no merge. A stored session's id was
+            # checked when it was created, so finding its record is the whole look-up.
+            session_id, events = batch[0]
+            record = self._records.get(session_id) if type(session_id) is str else None
+            if record is not None:
+                try:
+                    check_continues(session_id, events, record.next_seq)
+                except Exception as exc:
+                    raise_failures({session_id: exc})
+                record.events.extend(events)
+                return True
         # Check each session before changing it: a refused session leaves no trace, the
         # others are written.
         merged: dict[str, list[SessionEvent]] = {}

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 import trio
+from helpers import FailingBarrier
 
 from actorloop.runtime import (
     AgentOptions,
@@ -483,12 +484,7 @@ def test_failures_reach_asyncio_as_the_typed_exceptions_trio_callers_get(
                 await rt.fork("one", boundary=10_000)
             assert refused.value.code == ErrorCode.INVALID_BOUNDARY
             # The agent's loop crashes: its store write fails at the turn's final barrier.
-            loop = rt.trio_runtime._loops["one"]
-
-            async def failing_persist(session_id: str, events: Any) -> None:
-                raise StoreError("the disk is gone")
-
-            loop._persist = failing_persist
+            FailingBarrier(rt.trio_runtime._loops["one"], 1, StoreError("the disk is gone"))
             crashed = await agent.send("crash")
             assert crashed.reason == "error" and "agent failed" in (crashed.message or "")
             assert agent.status == "failed"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import trio
-from helpers import open_runtime, types_of, wait_until
+from helpers import FailingBarrier, open_runtime, types_of, wait_until
 
 from actorloop.runtime import (
     AgentOptions,
@@ -453,18 +453,7 @@ async def test_a_loop_crash_marks_only_that_agent_failed_and_it_resumes(
         # The victim's own persistence fails on its next turn/end barrier (e.g. its disk
         # quota): the barrier raises out of the loop's shielded turn close, a real crash
         # path of LoopActor.run; everything before the barrier at dispatch is durable.
-        loop = rt._loops["victim"]
-        persist = loop._persist
-        calls = 0
-
-        async def failing_persist(session_id: str, events: Sequence[SessionEvent]) -> None:
-            nonlocal calls
-            calls += 1
-            if calls == 2:
-                raise StoreError("victim's store write failed")
-            await persist(session_id, events)
-
-        loop._persist = failing_persist
+        barriers = FailingBarrier(rt._loops["victim"], 2, StoreError("victim's store write failed"))
         results: dict[str, Any] = {}
 
         async def drive(agent: Any, text: str) -> None:
@@ -475,6 +464,7 @@ async def test_a_loop_crash_marks_only_that_agent_failed_and_it_resumes(
                 for agent in [victim, *siblings]:
                     nursery.start_soon(drive, agent, "during")
         assert results["victim"].reason == "error"
+        assert barriers.barriers == 2
         assert victim.status == "failed" and statuses[-1] == "failed"
         assert [agent_id for agent_id, _ in errors] == ["victim"]
         assert isinstance(errors[0][1], StoreError)

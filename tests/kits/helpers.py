@@ -24,6 +24,38 @@ async def open_runtime(
         yield rt
 
 
+class FailingBarrier:
+    """Makes a loop's barriers from the `fail_at`-th on raise `error`, whichever way each is
+    written: by the loop itself (`_persist_now`, the codec's inline round) or queued to the
+    codec actor (`_persist`); the barriers before it go through as before."""
+
+    def __init__(self, loop: Any, fail_at: int, error: Exception) -> None:
+        self.barriers = 0
+        self._fail_at, self._error = fail_at, error
+        self._queued, self._now = loop._persist, loop._persist_now
+        self._declined = False
+        """The current barrier was counted by `_persist_now`, which left it to the queue."""
+        loop._persist, loop._persist_now = self.persist, self.persist_now
+
+    def _count(self) -> None:
+        self.barriers += 1
+        if self.barriers >= self._fail_at:
+            raise self._error
+
+    def persist_now(self, session_id: str, events: Any) -> bool:
+        self._count()
+        done = self._now is not None and self._now(session_id, events)
+        self._declined = not done
+        return done
+
+    async def persist(self, session_id: str, events: Any) -> None:
+        if self._declined:
+            self._declined = False
+        else:
+            self._count()
+        await self._queued(session_id, events)
+
+
 def types_of(events: Any) -> list[str]:
     return [event.type for event in events]
 
