@@ -62,6 +62,7 @@ from actorloop.runtime.log.snapshots import take_snapshot
 from actorloop.runtime.log.tokens import TokenMeter
 from actorloop.runtime.stores.loading import load_stored
 from actorloop.runtime.stores.postgres import PostgresStore
+from benchmarks.baseline import baseline_package
 from benchmarks.bench_store import STEP_BATCH, build_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -377,31 +378,6 @@ def _git(*args: str) -> str:
     return done.stdout.strip()
 
 
-def _baseline_path(spec: str, into: Path) -> tuple[str, str]:
-    """For PYTHONPATH (before the editable install), a folder whose `actorloop` package is
-    the code of `spec` (a checkout, or a revision extracted with `git archive`), linked as
-    pyproject.toml's package-dir lays it out; and a label naming it."""
-    tree = Path(spec)
-    if tree.is_dir():
-        label = str(tree)
-    else:
-        tree = into / "source"
-        tree.mkdir()
-        archive = subprocess.run(
-            ["git", "archive", spec, "runtime", "actors", "codecs"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-        label = f"{spec} ({_git('rev-parse', '--short', spec)})"
-    package = into / "pkg" / "actorloop"
-    package.mkdir(parents=True)
-    for folder in ("runtime", "actors", "codecs"):
-        (package / folder).symlink_to(tree.resolve() / folder, target_is_directory=True)
-    return str(into / "pkg"), label
-
-
 async def _routing_round(server: PgServer, requests: int, path: str | None) -> dict[str, Any]:
     url = server.url(server.create_database())
     env = dict(os.environ)
@@ -430,7 +406,10 @@ async def routing(server: PgServer, requests: int, rounds: int, baseline: str | 
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-postgres-baseline-") as temp:
-        path, label = (None, "") if baseline is None else _baseline_path(baseline, Path(temp))
+        path, label = None, ""
+        if baseline is not None:
+            package, label = baseline_package(baseline, Path(temp))
+            path = str(package)
         for _ in range(rounds):
             if path is not None:
                 theirs.append(await _routing_round(server, requests, path))

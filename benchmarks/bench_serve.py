@@ -44,11 +44,12 @@ from typing import Any
 
 from attrs import frozen
 
+from benchmarks.baseline import linked_package
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
 TOKEN = "bench-token"
-PACKAGE_DIRS = ("runtime", "actors", "codecs")
 """The folders installed as actorloop.runtime, .actors, .codecs (pyproject.toml)."""
 
 
@@ -89,16 +90,6 @@ def run_json(command: Sequence[str], env: dict[str, str] | None = None) -> Any:
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def shim(tree: Path, where: Path) -> Path:
-    """A folder whose `actorloop` namespace maps onto `tree`'s package folders; first on
-    PYTHONPATH, it wins over this checkout's editable install."""
-    package = where / "actorloop"
-    package.mkdir(parents=True)
-    for name in PACKAGE_DIRS:
-        (package / name).symlink_to((tree / name).resolve(), target_is_directory=True)
-    return where
 
 
 class Server:
@@ -222,7 +213,7 @@ def measure(quick: bool, baseline: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
         if baseline is not None:
-            trees.append(("baseline", str(shim(baseline, root / "baseline-shim"))))
+            trees.append(("baseline", str(linked_package(baseline, root / "baseline-shim"))))
         floors = {kind: measure_floor(kind) for kind in ("hypercorn", "uvicorn")}
         for kind, floor in floors.items():
             print(f"floor {kind}: {floor['server_cpu_ms_each']} ms server CPU/request", flush=True)

@@ -50,6 +50,8 @@ from typing import Any
 
 import trio
 
+from benchmarks.baseline import baseline_package
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parent.parent
 STORES = ("memory", "sqlite")
@@ -130,33 +132,6 @@ def _isolated(pythonpath: Path | None, *arguments: str) -> dict[str, Any]:
     return result
 
 
-def _package_dir(tree: Path, into: Path) -> Path:
-    """A folder holding `actorloop` linked to `tree`'s code folders."""
-    package = into / "pkg" / "actorloop"
-    package.mkdir(parents=True)
-    for folder in ("runtime", "actors", "codecs"):
-        (package / folder).symlink_to(tree / folder)
-    return into / "pkg"
-
-
-def _baseline(spec: str, into: Path) -> tuple[Path, str]:
-    """The import path of the baseline's code and a label naming it."""
-    tree = Path(spec)
-    if tree.is_dir():
-        head = _git(tree, "rev-parse", "--short", "HEAD")
-        return _package_dir(tree.resolve(), into), f"{tree} ({head})"
-    archive = subprocess.run(
-        ["git", "archive", spec, "runtime", "actors", "codecs"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    source = into / "source"
-    source.mkdir()
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
-    return _package_dir(source, into), f"{spec} ({_git(ROOT, 'rev-parse', '--short', spec)})"
-
-
 def _git(where: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True)
     return done.stdout.strip()
@@ -168,7 +143,9 @@ def compare(
     sides = ("before", "after") if baseline is not None else ("after",)
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="bench-spawn-baseline-") as temp:
-        path, label = _baseline(baseline, Path(temp)) if baseline is not None else (None, None)
+        path, label = (
+            baseline_package(baseline, Path(temp)) if baseline is not None else (None, None)
+        )
         for index in range(rounds):
             print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
             for spawns in sizes:
@@ -264,7 +241,7 @@ def compare_leases(baseline: str, leases: int, rounds: int) -> dict[str, Any]:
     sides = ("before", "after")
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="bench-leases-baseline-") as temp:
-        path, label = _baseline(baseline, Path(temp))
+        path, label = baseline_package(baseline, Path(temp))
         for index in range(rounds):
             print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
             for side in sides if index % 2 == 0 else sides[::-1]:

@@ -36,9 +36,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.baseline import linked_package
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PACKAGES = ("actors", "codecs", "runtime")
 CALLGRIND = ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null")
 
 CHILD = """
@@ -68,16 +69,6 @@ for store in stores:
     out[store.rstrip(":")] = trio.run(measure, url, warm, timed)
 print(json.dumps(out))
 """
-
-
-def _package_dir(tree: Path) -> Path:
-    """A directory holding `actorloop` as links to the tree's packages (what an install
-    maps), to put first on PYTHONPATH."""
-    holder = Path(tempfile.mkdtemp(prefix="actorloop-tree-"))
-    (holder / "actorloop").mkdir()
-    for name in PACKAGES:
-        (holder / "actorloop" / name).symlink_to(tree / name, target_is_directory=True)
-    return holder
 
 
 def _env(path: Path | None) -> dict[str, str]:
@@ -123,7 +114,7 @@ def _instructions(path: Path | None, store: str) -> int:
 
 
 def run(baseline: Path, rounds: int, instructions: bool) -> dict[str, Any]:
-    packages = _package_dir(baseline)
+    packages = linked_package(baseline, Path(tempfile.mkdtemp(prefix="actorloop-tree-")))
     trees: dict[str, Path | None] = {"baseline": packages, "this tree": None}
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     try:

@@ -82,6 +82,7 @@ from actorloop.runtime.model.events import (
 from actorloop.runtime.model.messages import USER, Text, ToolCall
 from actorloop.runtime.stores import JsonlStore, MemoryStore, SqliteStore, Store
 from actorloop.runtime.stores.base import Batch
+from benchmarks.baseline import baseline_package
 
 RESULTS = Path(__file__).with_name("results")
 STEP_BATCH = 5
@@ -251,23 +252,6 @@ async def append_only() -> list[dict[str, Any]]:
     return rows
 
 
-def _baseline_tree(revision: str, into: Path) -> Path:
-    """The baseline's code folders extracted and linked under the import name."""
-    root = RESULTS.parent.parent
-    archive = subprocess.run(
-        ["git", "archive", revision, "runtime", "actors", "codecs"],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    package = into / "pkg" / "actorloop"
-    package.mkdir(parents=True)
-    for folder in ("runtime", "actors", "codecs"):
-        (package / folder).symlink_to(into / folder)
-    return into / "pkg"
-
-
 def _run_append(pythonpath: Path | None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = _run_json(pythonpath, "--append-only")
     return rows
@@ -305,7 +289,7 @@ def _commit(revision: str) -> str:
 def append_baseline(revision: str, rounds: int) -> dict[str, Any]:
     runs: dict[str, list[list[dict[str, Any]]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
-        pythonpath = _baseline_tree(revision, Path(temp))
+        pythonpath = baseline_package(revision, Path(temp))[0]
         for index in range(rounds):
             print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
             runs["before"].append(_run_append(pythonpath))
@@ -655,7 +639,7 @@ def _instructions(pythonpath: Path | None, kind: str, size: int) -> int:
 def instruction_baseline(revision: str) -> dict[str, Any]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
-        pythonpath = _baseline_tree(revision, Path(temp))
+        pythonpath = baseline_package(revision, Path(temp))[0]
         for label, kind, size, units in INSTRUCTION_PROBES:
             per_unit = {}
             for side, path in (("before", pythonpath), ("after", None)):
@@ -890,7 +874,7 @@ def _interleaved_baseline(
     round, and one row per figure: medians and the per-round after/before ratios."""
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
-        pythonpath = _baseline_tree(revision, Path(temp))
+        pythonpath = baseline_package(revision, Path(temp))[0]
         for index in range(rounds):
             print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
             # The order alternates: whichever runs first in a round meets a different
@@ -983,7 +967,7 @@ def _demo_run(pythonpath: Path | None) -> dict[str, float]:
 def demo_baseline(revision: str, rounds: int) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="bench-baseline-") as temp:
-        pythonpath = _baseline_tree(revision, Path(temp))
+        pythonpath = baseline_package(revision, Path(temp))[0]
         for index in range(rounds):
             print(f"round {index + 1}/{rounds} ...", file=sys.stderr)
             for side in ("before", "after")[:: 1 if index % 2 == 0 else -1]:
