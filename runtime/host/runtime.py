@@ -212,9 +212,11 @@ class Runtime:
                                 await _close_provider(provider)
                     services.cancel_scope.cancel()
         finally:
-            with trio.CancelScope(shield=True):
-                await store_obj.close()
-            restore_collector()
+            try:
+                with trio.CancelScope(shield=True):
+                    await store_obj.close()
+            finally:
+                restore_collector()  # a store that fails to close must not keep the freeze
 
     # ------------------------------------------------------------------ listeners
 

@@ -13,6 +13,7 @@ import trio
 from actorloop.runtime import AgentOptions, CollectorPolicy, Runtime
 from actorloop.runtime.control.collector import MANY_AGENTS_THRESHOLDS
 from actorloop.runtime.errors import CollectorPolicyError
+from actorloop.runtime.stores import MemoryStore
 from actorloop.runtime.testing import EchoProvider
 
 OPTIONS = AgentOptions(model="m")
@@ -41,6 +42,32 @@ def test_thresholds_hold_while_the_runtime_is_open_and_are_restored() -> None:
     trio.run(main)
     assert seen == [(12_345, 6, 7)] * 2
     assert gc.get_threshold() == (700, 10, 10)
+
+
+class _StoreThatFailsToClose(MemoryStore):
+    async def close(self) -> None:
+        await super().close()
+        raise OSError("the disk went away")
+
+
+def test_a_store_that_fails_to_close_still_gets_the_collector_restored() -> None:
+    gc.set_threshold(700, 10, 10)
+    frozen_while_open: list[int] = []
+
+    async def main() -> None:
+        policy = CollectorPolicy.many_agents()
+        async with Runtime.open(
+            store=_StoreThatFailsToClose(), provider=EchoProvider(), collector=policy
+        ) as rt:
+            agent = await rt.spawn(OPTIONS)
+            assert (await agent.send("hi")).reason == "completed"
+            frozen_while_open.append(gc.get_freeze_count())
+
+    with pytest.raises(OSError, match="the disk went away"):
+        trio.run(main)
+    assert frozen_while_open[0] > 0
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
 
 
 def test_the_default_policy_leaves_the_collector_alone() -> None:
