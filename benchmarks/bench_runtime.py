@@ -471,8 +471,8 @@ def render(report: dict[str, Any]) -> str:
         "invariants off; all agents run their turns concurrently. Run twice: with Python's "
         f"default collector thresholds {tuple(m['gc_threshold'])}, then with "
         "`collector=CollectorPolicy.many_agents()` (thresholds "
-        f"{tuple(t['gc_threshold'])}, `gc.freeze()` after every start and every store "
-        "write; docs/performance.md).",
+        f"{tuple(t['gc_threshold'])}, `gc.freeze()` after every start; "
+        "docs/performance.md).",
         "",
         "| metric | default GC | `many_agents()` |",
         "|---|---:|---:|",

@@ -59,15 +59,16 @@ class CollectorPolicy:
     """`gc.freeze()` after every write of the store's codec (a group commit, or a barrier
     written by its loop): the events it made durable, and what the turns built around them,
     move to the permanent generation, so young collections stop walking them again. Undone
-    as `freeze_after_start` is: when a loop ends and when the runtime closes."""
+    as `freeze_after_start` is: when a loop ends and when the runtime closes. Not part of
+    `many_agents()`: every reference cycle alive at some write (an application's per-turn
+    state, a caught exception's traceback) is kept after it dies, until a loop ends or the
+    close, so memory grows with the turns of a process whose agents live long."""
 
     @classmethod
     def many_agents(cls) -> CollectorPolicy:
         """The documented setting for thousands of long-lived agents in one process:
-        `MANY_AGENTS_THRESHOLDS`, a freeze after every start and after every flush."""
-        return cls(
-            thresholds=MANY_AGENTS_THRESHOLDS, freeze_after_start=True, freeze_after_flush=True
-        )
+        `MANY_AGENTS_THRESHOLDS` and a freeze after every start."""
+        return cls(thresholds=MANY_AGENTS_THRESHOLDS, freeze_after_start=True)
 
     @property
     def freezes(self) -> bool:

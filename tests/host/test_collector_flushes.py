@@ -6,6 +6,7 @@ freezes nothing."""
 from __future__ import annotations
 
 import gc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,11 @@ import trio
 from session_logs import closed_log
 
 from actorloop.actors.codec import CodecActor
-from actorloop.runtime import AgentOptions, CollectorPolicy, Runtime
+from actorloop.runtime import AgentOptions, CollectorPolicy, Runtime, Tool
 from actorloop.runtime.errors import SessionWriteError
 from actorloop.runtime.log.session import SessionMeta
 from actorloop.runtime.stores import MemoryStore
-from actorloop.runtime.testing import EchoProvider
+from actorloop.runtime.testing import EchoProvider, ScriptedProvider, reply, tool_call
 
 OPTIONS = AgentOptions(model="m")
 FLUSHES = CollectorPolicy(freeze_after_flush=True)
@@ -32,9 +33,55 @@ def _restore_collector():
     gc.unfreeze()
 
 
-def test_many_agents_freezes_after_flushes() -> None:
+def test_many_agents_freezes_after_starts_only() -> None:
     policy = CollectorPolicy.many_agents()
-    assert policy.freeze_after_flush and policy.freeze_after_start
+    assert policy.freeze_after_start and not policy.freeze_after_flush
+
+
+class _Node:
+    """A reference cycle of its own (`me`), as application state or a traceback makes."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.mark.parametrize(
+    ("policy", "collected"),
+    [(CollectorPolicy.many_agents(), True), (FLUSHES, False)],
+    ids=["many_agents", "freeze_after_flush"],
+)
+def test_a_cycle_that_dies_after_a_write_is_collected_unless_flushes_freeze(
+    policy: CollectorPolicy, collected: bool
+) -> None:
+    """A tool's cycle is alive at its step's writes and dead by the next turn: with
+    `many_agents()` a collection frees it while the agent lives; `freeze_after_flush` keeps
+    it until the loop ends (the documented trade-off, why many_agents() leaves it out)."""
+    refs: list[weakref.ref[_Node]] = []
+    alive: list[int] = []
+
+    async def keep(args: dict[str, object], ctx: object) -> str:
+        node = _Node()
+        refs.append(weakref.ref(node))
+        held.append(node)  # alive across the step's barriers, dropped next turn
+        return "kept"
+
+    held: list[_Node] = []
+    tool = Tool("keep", "Keep a node.", {"type": "object", "properties": {}}, keep)
+
+    async def main() -> None:
+        provider = ScriptedProvider([])
+        async with Runtime.open(store="memory:", provider=provider, collector=policy) as rt:
+            agent = await rt.spawn(AgentOptions(model="m", tools=(tool,)))
+            for turn in range(3):
+                provider.push(tool_call(f"c{turn}", "keep", {}), reply("done"))
+                assert (await agent.send("keep one")).reason == "completed"
+                held.clear()  # the application lets go of the turn's node
+            gc.collect()
+            alive.append(sum(ref() is not None for ref in refs))
+
+    trio.run(main)
+    assert len(refs) == 3
+    assert alive == [0 if collected else 3]
 
 
 @pytest.mark.parametrize("store", ["memory:", "sqlite"])
