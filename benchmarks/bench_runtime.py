@@ -582,7 +582,7 @@ def scale_lines(scale: dict[str, Any]) -> list[str]:
         )
     lines += [
         "",
-        f"{large:,} agents vs {small:,} (target ≥ 0.85): steps/s (wall) and steps per CPU "
+        f"{large:,} agents vs {small:,} (target ≥ 0.9, issue 38): steps/s (wall) and steps per CPU "
         "second (what other processes on the shared cores barely move).",
         "",
         "| store, collector | steps/s ratio | steps per CPU s ratio |",
