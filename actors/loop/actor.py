@@ -506,9 +506,13 @@ class LoopActor:
         await self.barrier()
 
     async def barrier(self) -> None:
-        if self.barrier_now():
-            await trio.lowlevel.checkpoint_if_cancelled()
-            return
+        if not self.barrier_now():
+            await self.barrier_queued()
+        await trio.lowlevel.checkpoint_if_cancelled()
+
+    async def barrier_queued(self) -> None:
+        """The barrier's hand-off through the codec's queue, for when `barrier_now` declined:
+        shielded, and without the cancel point `barrier` adds after it."""
         # `_persisted` moves past the events handed off, so the hand-off must not be cut
         # short: a cancel landing before they reach the codec would leave a gap in the
         # store, which then refuses every later batch. The barrier is shielded (a pending
@@ -533,11 +537,10 @@ class LoopActor:
                     await keeper.save(self.session.id, snapshot)
             finally:
                 lock.release()
-        await trio.lowlevel.checkpoint_if_cancelled()
 
     def barrier_now(self) -> bool:
         """The barrier's hand-off written by the codec here and now (True; raising as the
-        barrier would), or nothing done (False: await `barrier`): a hand-off is under way,
+        barrier would), or nothing done (False: await `barrier_queued`): a hand-off is under way,
         the codec must queue this one, or a fold snapshot is due (saving it waits).
 
         With no hand-off under way there is nothing to shield and no lock to take: there is

@@ -116,7 +116,11 @@ class TurnContext(Protocol):
 
     def barrier_now(self) -> bool:
         """The barrier written here with no schedule point (True), or nothing done (False:
-        await `barrier`)."""
+        await `barrier_queued`)."""
+        ...
+
+    async def barrier_queued(self) -> None:
+        """The barrier handed to the codec's queue (shielded), once `barrier_now` declined."""
         ...
 
 

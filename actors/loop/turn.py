@@ -115,8 +115,7 @@ async def _close(ctx: LoopContext, turn: OpenTurn, reason: TurnEndReason) -> Non
     ctx.append_event("turn/end", TurnEnd(turn.number, reason))
     ctx.current_turn = None
     if not ctx.barrier_now():
-        with trio.CancelScope(shield=True):
-            await ctx.barrier()
+        await ctx.barrier_queued()  # shielded itself; asking barrier() would retry the inline write
 
 
 def _result_of(ctx: TurnContext, turn: OpenTurn, reason: TurnEndReason) -> TurnResult:
