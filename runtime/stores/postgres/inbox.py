@@ -24,7 +24,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from functools import partial
 
 import psycopg
 import trio
@@ -42,6 +41,11 @@ PAYLOAD_MAX = 7800
 """The most bytes of request or answer a notification carries (base64, ASCII: valid in any
 server encoding). PostgreSQL refuses a payload of 8000 bytes or more; the rest is left for
 the node name (at most 128), the kind and the row id."""
+
+
+NOTIFY_WAIT_S = 0.2
+"""The longest the listener thread waits for a notification before it looks whether it was
+told to stop: how long a cancelled listener's scope waits for its thread."""
 
 
 @frozen
@@ -310,16 +314,20 @@ class Listener:
         self._attempted = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen until cancelled (the thread sees `close()` within a second after); started
-        once the first connection attempt is over (LISTENing, or failed: the poll covers)."""
+        """Listen until cancelled; started once the first connection attempt is over
+        (LISTENing, or failed: the poll covers). A cancel stops the thread and waits for it
+        (`NOTIFY_WAIT_S`, or what is left of a connect attempt's timeout while the database
+        is unreachable), so its connection is closed before this returns."""
         token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._stop_when_cancelled)
+            nursery.start_soon(trio.to_thread.run_sync, self._listen, token)
+            await self._attempted.wait()
+            task_status.started()
+
+    async def _stop_when_cancelled(self) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    partial(trio.to_thread.run_sync, self._listen, token, abandon_on_cancel=True)
-                )
-                await self._attempted.wait()
-                task_status.started()
+            await trio.sleep_forever()
         finally:
             self.close()
 
@@ -346,9 +354,9 @@ class Listener:
                         conn.execute(f"LISTEN {REPLY_CHANNEL}")
                         token.run_sync_soon(self._delivered, Notice("wake"))
                         token.run_sync_soon(self._attempted.set)
-                    # Wakes at least once a second to see close(): the trio side has
-                    # abandoned this thread by then and nobody else will stop it.
-                    for notify in conn.notifies(timeout=1.0):
+                    # Wakes every NOTIFY_WAIT_S to see close(): the trio side waits for
+                    # this thread to end before the listener's scope does.
+                    for notify in conn.notifies(timeout=NOTIFY_WAIT_S):
                         notice = parse_notice(notify.channel, notify.payload, self.node)
                         if notice is not None:
                             token.run_sync_soon(self._delivered, notice)
