@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 import orjson
@@ -184,12 +185,31 @@ class Resume:
 RESUME_SCHEMA = object_schema({"profile": {"type": "string", "minLength": 1}})
 
 
+def _plain_send(value: Any) -> SendMessage | None:
+    """The send of the common body, `{"content": "<text>"}` with perhaps `"wait": <bool>`,
+    built without the schema run it would pass (an integer beyond ±(2^53 - 1) can only be
+    in the text, where it is no integer); None for any other body, which takes the full
+    path (and gets its error from there)."""
+    if type(value) is not dict or not 1 <= len(value) <= 2:
+        return None
+    content = value.get("content")
+    wait = value.get("wait", True)
+    if type(content) is not str or type(wait) is not bool:
+        return None
+    if len(value) == 2 and "wait" not in value:
+        return None
+    return SendMessage((Text(content),), wait)
+
+
 @frozen
 class BodySchema:
-    """A request class with the JSON Schema its body is validated against."""
+    """A request class with the JSON Schema its body is validated against, and perhaps a
+    shortcut: a function building the request from a body of its common shape (the one it
+    would pass the schema with), None for any other body, which takes the schema run."""
 
     cls: type
     schema: JsonObject
+    shortcut: Callable[[Any], Any] | None = None
     validator: Draft202012Validator = field(init=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -198,16 +218,16 @@ class BodySchema:
 
 
 BODIES: dict[type, BodySchema] = {
-    cls: BodySchema(cls, schema)
-    for cls, schema in (
-        (CreateSession, CREATE_SESSION_SCHEMA),
-        (SendMessage, SEND_MESSAGE_SCHEMA),
-        (Steer, STEER_SCHEMA),
-        (Inject, INJECT_SCHEMA),
-        (Cancel, CANCEL_SCHEMA),
-        (Fork, FORK_SCHEMA),
-        (Resume, RESUME_SCHEMA),
-        (Decide, DECIDE_SCHEMA),
+    body.cls: body
+    for body in (
+        BodySchema(CreateSession, CREATE_SESSION_SCHEMA),
+        BodySchema(SendMessage, SEND_MESSAGE_SCHEMA, _plain_send),
+        BodySchema(Steer, STEER_SCHEMA),
+        BodySchema(Inject, INJECT_SCHEMA),
+        BodySchema(Cancel, CANCEL_SCHEMA),
+        BodySchema(Fork, FORK_SCHEMA),
+        BodySchema(Resume, RESUME_SCHEMA),
+        BodySchema(Decide, DECIDE_SCHEMA),
     )
 }
 
@@ -233,22 +253,6 @@ def _check_integers(raw: bytes) -> None:
     json.loads(raw, parse_int=_refuse_integer)
 
 
-def _plain_send(value: Any) -> SendMessage | None:
-    """The send of the common body, `{"content": "<text>"}` with perhaps `"wait": <bool>`,
-    built without the schema run it would pass (an integer beyond ±(2^53 - 1) can only be
-    in the text, where it is no integer); None for any other body, which takes the full
-    path (and gets its error from there)."""
-    if type(value) is not dict or not 1 <= len(value) <= 2:
-        return None
-    content = value.get("content")
-    wait = value.get("wait", True)
-    if type(content) is not str or type(wait) is not bool:
-        return None
-    if len(value) == 2 and "wait" not in value:
-        return None
-    return SendMessage((Text(content),), wait)
-
-
 def parse_body(raw: bytes, cls: type[T]) -> T:
     """The request `cls` from a JSON body: INVALID_JSON if it does not parse, else
     VALIDATION_FAILED naming the first place it breaks the schema. An empty body is `{}`;
@@ -257,13 +261,14 @@ def parse_body(raw: bytes, cls: type[T]) -> T:
         value = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestBody(f"the body is not JSON: {exc}", ErrorCode.INVALID_JSON) from exc
-    if cls is SendMessage:
-        plain_send = _plain_send(value)
-        if plain_send is not None:
-            return cast(T, plain_send)
+    body = BODIES[cls]
+    if body.shortcut is not None:
+        built = body.shortcut(value)
+        if built is not None:
+            return cast(T, built)
     if _LONG_NUMBER.search(raw):
         _check_integers(raw)
-    error = best_match(BODIES[cls].validator.iter_errors(value))
+    error = best_match(body.validator.iter_errors(value))
     if error is not None:
         message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
         raise InvalidRequestBody(f"{error.json_path}: {message}", ErrorCode.VALIDATION_FAILED)
