@@ -48,6 +48,9 @@ from benchmarks.baseline import linked_package
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "tests" / "kits"))
+from listening import start_listening  # noqa: E402  (the tests' server starter, on purpose)
+
 RESULTS = HERE / "results"
 TOKEN = "bench-token"
 """The folders installed as actorloop.runtime, .actors, .codecs (pyproject.toml)."""
@@ -96,20 +99,7 @@ class Server:
     """A server process (the service, or a floor) and its URL, stopped by `stop`."""
 
     def __init__(self, command: Sequence[str], env: dict[str, str], cwd: Path) -> None:
-        self.proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=cwd,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "listening on" not in line:
-            self.proc.kill()
-            raise RuntimeError(f"server did not start: {line!r} {self.proc.communicate()[1]}")
-        self.url = line.split("listening on ", 1)[1].split(" ", 1)[0].strip()
+        self.proc, self.url = start_listening(command, env, cwd)
 
     def client(self, *arguments: str, token: str | None = TOKEN) -> Any:
         """The lean client's report on this server."""

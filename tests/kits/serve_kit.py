@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -18,6 +17,7 @@ import httpx
 import orjson
 import trio
 from attrs import frozen
+from listening import start_listening
 
 from actorloop.runtime import AgentOptions, Message
 from actorloop.runtime.log.request import Request
@@ -199,20 +199,8 @@ class ServerProcess:
     """`actorloop serve` as a child process; `url` once it printed its listening line."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actorloop.runtime.console", "serve", "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=cwd,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()  # blocks until the server says it listens
-        if "listening on" not in line:
-            self.proc.wait(timeout=30)
-            raise AssertionError(f"server did not start: {line!r} {self.stderr()}")
-        self.url = line.split("listening on ", 1)[1].split(" ", 1)[0]
+        command = [sys.executable, "-m", "actorloop.runtime.console", "serve", "--port", "0"]
+        self.proc, self.url = start_listening([*command, *args], env, cwd)
 
     def stderr(self) -> str:
         assert self.proc.stderr is not None
