@@ -196,6 +196,39 @@ async def test_submit_waits_when_the_channel_is_full() -> None:
     assert (await store.load("a"))[1] == events
 
 
+async def test_a_cancelled_persist_queues_nothing_and_a_full_mailbox_holds_it_back() -> None:
+    store = GatedStore()
+    await created(store, "a", "b")
+    events = events_of("a", 2)
+    async with trio.open_nursery() as nursery:
+        actor = CodecActor(store, capacity=1)
+        await nursery.start(actor.run)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await actor.persist("a", events[:1])
+        assert scope.cancelled_caught
+        await trio.testing.wait_all_tasks_blocked()
+        assert not actor._mailbox and not store.batches  # nothing queued, nothing written
+        store.gate = trio.Event()
+        await actor.submit("b", events_of("b")[:1])
+        await store.in_commit.wait()  # the actor is busy with that round
+        await actor.submit("a", events[:1])  # the mailbox (1) is now full
+        persisted = trio.Event()
+
+        async def persist_rest() -> None:
+            await actor.persist("a", events[1:])
+            persisted.set()
+
+        nursery.start_soon(persist_rest)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(actor._mailbox) == 1  # held back, not queued past the capacity
+        store.gate.set()
+        await persisted.wait()
+        await actor.aclose()
+    assert (await store.load("a"))[1] == events
+    assert [len(batch) for batch in store.batches] == [1, 1, 1]
+
+
 async def test_aclose_writes_everything_queued(tmp_path: Path) -> None:
     store = open_store(f"sqlite:{tmp_path / 'c.db'}")
     ids = [f"s{index}" for index in range(20)]
