@@ -19,7 +19,13 @@ from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, ConnectionState
+from hypercorn.typing import (
+    AppWrapper,
+    ASGIReceiveEvent,
+    ASGISendEvent,
+    ConnectionState,
+    Scope,
+)
 from hypercorn.utils import parse_socket_addr
 
 from .disconnects import WATCH_KEY, ConnectionWatch
@@ -32,7 +38,14 @@ a file say, goes out as it comes)."""
 def _sized_head(data: bytes) -> bool:
     """Whether `data` is an HTTP/1.x response head announcing a Content-Length."""
     end = data.find(b"\r\n\r\n")
-    return data.startswith(b"HTTP/1.") and end >= 0 and b"\r\ncontent-length:" in data[:end].lower()
+    if not data.startswith(b"HTTP/1.") or end < 0:
+        return False
+    # h11 writes header names as the app gave them: Starlette's are lower-case, so the head
+    # is copied and lowered only for a name spelled otherwise (or no Content-Length).
+    return (
+        data.find(b"\r\ncontent-length:", 0, end) >= 0
+        or b"\r\ncontent-length:" in data[:end].lower()
+    )
 
 
 def _write_now(stream: trio.SocketStream, data: bytes) -> bytes:
@@ -58,10 +71,10 @@ class _AppTaskGroup(TaskGroup):
         self,
         app: AppWrapper,
         config: Config,
-        scope: dict,  # type: ignore[type-arg]
+        scope: Scope,
         send: Callable[[ASGISendEvent | None], Awaitable[None]],
     ) -> Callable[[ASGIReceiveEvent], Awaitable[None]]:
-        put = await super().spawn_app(app, config, scope, send)  # type: ignore[arg-type]
+        put = await super().spawn_app(app, config, scope, send)
         channel = getattr(put, "__self__", None)
         if not isinstance(channel, trio.MemorySendChannel):
             return put
