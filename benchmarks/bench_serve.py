@@ -22,7 +22,8 @@ Per configuration, N sessions are created, then each sends T messages one after 
 send latency, server CPU per turn. Then each session reads itself (`GET /v1/sessions/{id}`)
 at the history lengths the configuration names: server CPU per read. The HTTP floor is
 `GET /healthz` from 10 connections: on the service, on a bare Hypercorn-trio + Starlette app
-with as many ASGI middlewares, and on uvicorn + Starlette (`benchmarks/serve_floor.py`).
+with six pass-through ASGI middlewares (the service's count before decision 0021), and on
+uvicorn + Starlette (`benchmarks/serve_floor.py`).
 `--baseline-tree PATH` runs the server from another checkout too (its runtime/, actors/,
 codecs/ in place of this tree's), in the same run: a before/after.
 """

@@ -45,12 +45,23 @@ def inbox_event(
         ctx.notify("agent/inbox", InboxEvent(kind, item.kind, item.source, queued))
 
 
-async def tell(ctx: InboxContext, item: TurnItem) -> None:
-    """Queue `item`, waiting while the inbox is full; counted as work from here on."""
+async def tell(ctx: InboxContext, item: TurnItem, *, waits_next: bool = False) -> None:
+    """Queue `item`, waiting while the inbox is full; counted as work from here on.
+    `waits_next`: the caller waits (for the item's end) right after, a scheduling point of
+    its own, so with room in the inbox the item is queued after a cancel point only, not
+    a yield: one resume fewer of the caller's await chain (a whole request's, for a send
+    over HTTP)."""
     mailbox = require_mailbox(ctx)
     work_added(ctx)
     try:
-        await mailbox.tell(item)
+        if waits_next:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                mailbox.tell_nowait(item)
+            except InboxFull:
+                await mailbox.tell(item)
+        else:
+            await mailbox.tell(item)
     except ActorStopped as exc:
         work_done(ctx)
         raise AgentClosed(f"agent {ctx.session.id!r} is {ctx.status}") from exc
@@ -63,7 +74,7 @@ async def tell(ctx: InboxContext, item: TurnItem) -> None:
 async def submit(ctx: InboxContext, item: TurnItem) -> TurnResult:
     """Queue `item` and wait for the result of its turn; a cancelled caller abandons it."""
     refuse_if_closed(ctx)
-    await tell(ctx, item)
+    await tell(ctx, item, waits_next=True)
     try:
         await item.done.wait()
     except trio.Cancelled:

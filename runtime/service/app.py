@@ -8,20 +8,21 @@ import logging
 from collections.abc import Callable, Sequence
 
 import orjson
-import trio
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
 from ..errors import ErrorCode, sole_error
 from .auth import BearerAuth
+from .body_limit import BodyLimit
+from .dispatch import ApiDispatch
+from .edge import Edge
 from .endpoints import ENDPOINTS
 from .errors import InvalidRequestBody, error_response, response_for
-from .guards import CrossSiteGuard, HostCheck, NoSniff
+from .guards import HostCheck
 from .handlers import NO_ANSWER, Handler, Handlers
 from .http2 import Http2Policy
 from .inspector.routes import inspector_routes
@@ -100,99 +101,6 @@ def _endpoint(handler: Handler, query: frozenset[str] = frozenset()) -> Handler:
     return run
 
 
-def _ready_message(receive: Receive) -> Callable[[], Message | None]:
-    """What takes a message `receive` already holds without waiting (None when there is
-    none): Hypercorn's `receive` is a trio memory channel's, into which a body that came
-    with its request is put before the app runs, so reading it needs no cancel scope for
-    the body timeout and no scheduling point (each a resume of the whole ASGI await chain).
-    Any other `receive` always waits."""
-    channel = getattr(receive, "__self__", None)
-    if not isinstance(channel, trio.MemoryReceiveChannel):
-        return lambda: None
-
-    def ready() -> Message | None:
-        try:
-            message: Message = channel.receive_nowait()
-        except trio.WouldBlock:
-            return None
-        return message
-
-    return ready
-
-
-class _BodyLimit:
-    """Bodies above `limit` bytes get 413 BODY_TOO_LARGE: at once when Content-Length says
-    so, else as soon as the received bytes pass it (the handler's read raises); a body that
-    has not arrived whole `seconds` after the request began gets 408 BODY_READ_TIMEOUT."""
-
-    def __init__(self, app: ASGIApp, limit: int, seconds: float) -> None:
-        self.app = app
-        self.limit = limit
-        self.seconds = seconds
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = Headers(scope=scope).get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._too_large()(scope, receive, send)
-            return
-        seen = 0
-        ended = False
-        deadline = trio.current_time() + self.seconds
-        ready = _ready_message(receive)
-
-        async def limited() -> Message:
-            nonlocal seen, ended
-            if ended:  # past the body only the disconnect is left: no deadline
-                return await receive()
-            message = ready()
-            if message is None:
-                with trio.move_on_at(deadline):
-                    message = await receive()
-                if message is None:
-                    raise InvalidRequestBody(
-                        f"the request body did not arrive within {self.seconds:g} s",
-                        ErrorCode.BODY_READ_TIMEOUT,
-                    )
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise InvalidRequestBody(self._message(), ErrorCode.BODY_TOO_LARGE)
-                ended = not message.get("more_body", False)
-            return message
-
-        await self.app(scope, limited, send)
-
-    def _message(self) -> str:
-        return f"the request body is larger than {self.limit} bytes"
-
-    def _too_large(self) -> Response:
-        return error_response(413, ErrorCode.BODY_TOO_LARGE, self._message())
-
-
-class _DrainGate:
-    """Once the drain began, a new request gets 503 SERVER_DRAINING (health checks get
-    their own 503); requests already running go on."""
-
-    def __init__(self, app: ASGIApp, service: SessionService) -> None:
-        self.app = app
-        self.service = service
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.service.drain.draining and scope["path"] != "/healthz":
-            response = error_response(
-                503,
-                ErrorCode.SERVER_DRAINING,
-                "the server is shutting down; it takes no new requests",
-                headers={"Connection": "close"},
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 def create_app(
     service: SessionService,
     *,
@@ -217,7 +125,7 @@ def create_app(
         max_message_chars=max_message_chars,
         ping_seconds=ping_seconds,
     )
-    own: list[BaseRoute] = [
+    own = [
         Route(
             endpoint.path,
             _endpoint(getattr(handlers, endpoint.handler), frozenset(endpoint.query)),
@@ -229,15 +137,17 @@ def create_app(
         # The inspector's pages show session content and a browser cannot present the bearer
         # token: served only without one, i.e. on a loopback address (docs/inspector.md).
         routes = [*routes, *inspector_routes(service)]
-    inner: ASGIApp = Starlette(
+    starlette = Starlette(
         routes=[*own, *routes], exception_handlers={HTTPException: _http_exception}
     )
+    inner: ASGIApp = ApiDispatch(starlette, own)
     if gate is not None:
         inner = gate(inner)
-    app: ASGIApp = _BodyLimit(inner, max_body_bytes, body_timeout_seconds)
-    if token is not None:
-        app = BearerAuth(app, token)
-    app = CrossSiteGuard(_DrainGate(app, service))
-    if token is None:
-        app = HostCheck(app, allowed_hosts)
-    return Http2Policy(NoSniff(app), enabled=http2, drain_timeout=body_timeout_seconds)
+    return Edge(
+        inner,
+        drain=service.drain,
+        body=BodyLimit(max_body_bytes, body_timeout_seconds),
+        http2=Http2Policy(enabled=http2, drain_timeout=body_timeout_seconds),
+        hosts=HostCheck(allowed_hosts) if token is None else None,
+        auth=BearerAuth(token) if token is not None else None,
+    )

@@ -8,7 +8,7 @@ import hmac
 import ipaddress
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
 
 from ..errors import ErrorCode
 from .errors import ServeConfigError, error_response
@@ -48,28 +48,24 @@ def token_matches(authorization: str | None, token: str) -> bool:
 
 
 class BearerAuth:
-    """ASGI middleware: a `/v1` request without the token gets 401 UNAUTHORIZED."""
+    """A `/v1` request without the token gets 401 UNAUTHORIZED (`edge.Edge` asks
+    `refusal`)."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, token: str) -> None:
         if not token:
             raise ServeConfigError("the API token must not be empty")
-        self.app = app
         self._token = token
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not _protected(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        if token_matches(Headers(scope=scope).get("authorization"), self._token):
-            await self.app(scope, receive, send)
-            return
-        response = error_response(
+    def refusal(self, path: str, headers: Headers) -> Response | None:
+        """The 401 for a request to `path` with these headers, or None when it may go on."""
+        if not _protected(path) or token_matches(headers.get("authorization"), self._token):
+            return None
+        return error_response(
             401,
             ErrorCode.UNAUTHORIZED,
             "this server needs Authorization: Bearer <token> on /v1 routes",
             headers={"WWW-Authenticate": 'Bearer realm="actorloop"'},
         )
-        await response(scope, receive, send)
 
 
 def _protected(path: str) -> bool:

@@ -171,10 +171,16 @@ def serve(
     check_location(store_url, must_exist=False)
 
     async def ready_then_wait() -> None:
+        import gc
+
         import trio
 
         async with trio.open_nursery() as nursery:
             url = await nursery.start(partial(serve_until_signalled, settings, app_config))
+            # What the server built to get here (modules, classes, the app, the runtime)
+            # lives as long as this process: frozen, no full collection walks it again
+            # (each walked ~100,000 objects, tens of ms, once every few hundred turns).
+            gc.freeze()
             names = ", ".join(profile.name for profile in app_config.profiles)
             click.echo(f"actorloop serve: listening on {url} (store {store_url}; profiles {names})")
             sys.stdout.flush()

@@ -9,7 +9,8 @@ import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Message, Scope, Send
 
 from ..errors import ErrorCode
 from .errors import error_response
@@ -51,12 +52,11 @@ def is_loopback_name(name: str) -> bool:
 
 
 class HostCheck:
-    """ASGI middleware for a server without a token: a request whose `Host` is not a
-    loopback name (`127.0.0.1`, `[::1]`, `localhost`, any port) or one of `allowed` gets
-    421 MISDIRECTED_REQUEST, pages and API alike."""
+    """For a server without a token: a request whose `Host` is not a loopback name
+    (`127.0.0.1`, `[::1]`, `localhost`, any port) or one of `allowed` gets 421
+    MISDIRECTED_REQUEST, pages and API alike (`edge.Edge` asks `refusal`)."""
 
-    def __init__(self, app: ASGIApp, allowed: tuple[str, ...] = ()) -> None:
-        self.app = app
+    def __init__(self, allowed: tuple[str, ...] = ()) -> None:
         self.allowed = frozenset(host_name(name) or name.lower() for name in allowed)
 
     def allows(self, host: str | None) -> bool:
@@ -64,17 +64,16 @@ class HostCheck:
         name = host_name(host or "")
         return bool(name) and (is_loopback_name(name) or name in self.allowed)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.allows(Headers(scope=scope).get("host")):
-            await self.app(scope, receive, send)
-            return
-        refusal = error_response(
+    def refusal(self, headers: Headers) -> Response | None:
+        """The 421 for a request with these headers, or None when it is answered."""
+        if self.allows(headers.get("host")):
+            return None
+        return error_response(
             421,
             ErrorCode.MISDIRECTED_REQUEST,
             "this server answers only loopback host names (127.0.0.1, [::1], localhost) "
             "and those given with --allowed-host",
         )
-        await refusal(scope, receive, send)
 
 
 def cross_site(headers: Headers) -> str | None:
@@ -101,69 +100,49 @@ def is_json(content_type: str | None) -> bool:
     return content_type.partition(";")[0].strip().lower() == "application/json"
 
 
-class CrossSiteGuard:
-    """ASGI middleware: a state-changing request from another site gets 403
-    FORBIDDEN_ORIGIN; a POST to the API (`/v1`: every route that takes a body takes POST;
-    other methods change nothing there or have no body) whose body is not
-    `application/json` gets 415 UNSUPPORTED_MEDIA_TYPE — with a token or without."""
-
-    def __init__(self, app: ASGIApp, api_prefix: str = "/v1") -> None:
-        self.app = app
-        self.api_prefix = api_prefix
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        method = scope.get("method", "GET")
-        if scope["type"] != "http" or method in SAFE_METHODS:
-            await self.app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        why = cross_site(headers)
-        if why is not None:
-            refusal = error_response(
-                403,
-                ErrorCode.FORBIDDEN_ORIGIN,
-                f"cross-site requests may not change anything here ({why})",
-            )
-            await refusal(scope, receive, send)
-            return
-        path: str = scope["path"]
-        on_api = path == self.api_prefix or path.startswith(self.api_prefix + "/")
-        if on_api and method == "POST" and not is_json(headers.get("content-type")):
-            refusal = error_response(
-                415,
-                ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-                "the body must be sent as Content-Type: application/json (an empty body "
-                "too), got "
-                f"{(headers.get('content-type') or 'none')[:80]!r}",
-            )
-            await refusal(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+def cross_site_refusal(scope: Scope, headers: Headers, api_prefix: str = "/v1") -> Response | None:
+    """A state-changing request from another site gets 403 FORBIDDEN_ORIGIN; a POST to the
+    API (`/v1`: every route that takes a body takes POST; other methods change nothing there
+    or have no body) whose body is not `application/json` gets 415 UNSUPPORTED_MEDIA_TYPE —
+    with a token or without. None: the request goes on."""
+    method = scope.get("method", "GET")
+    if method in SAFE_METHODS:
+        return None
+    why = cross_site(headers)
+    if why is not None:
+        return error_response(
+            403,
+            ErrorCode.FORBIDDEN_ORIGIN,
+            f"cross-site requests may not change anything here ({why})",
+        )
+    path: str = scope["path"]
+    on_api = path == api_prefix or path.startswith(api_prefix + "/")
+    if on_api and method == "POST" and not is_json(headers.get("content-type")):
+        return error_response(
+            415,
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            "the body must be sent as Content-Type: application/json (an empty body "
+            "too), got "
+            f"{(headers.get('content-type') or 'none')[:80]!r}",
+        )
+    return None
 
 
-class NoSniff:
-    """ASGI middleware: every answer carries `X-Content-Type-Options: nosniff`, so a
-    browser never reads JSON or an event stream as a script or a page."""
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+def nosniff(send: Send) -> Send:
+    """`send` with `X-Content-Type-Options: nosniff` on every answer, so a browser never
+    reads JSON or an event stream as a script or a page."""
 
-        async def send_marked(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [
-                    (name, value)
-                    for name, value in message.get("headers", ())
-                    if name.lower() != b"x-content-type-options"
-                ]
-                message = {
-                    **message,
-                    "headers": [*headers, (b"x-content-type-options", b"nosniff")],
-                }
-            await send(message)
+    async def send_marked(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [
+                (name, value)
+                for name, value in message.get("headers", ())
+                if name.lower() != b"x-content-type-options"
+            ]
+            message = {**message, "headers": [*headers, NOSNIFF]}
+        await send(message)
 
-        await self.app(scope, receive, send_marked)
+    return send_marked

@@ -6,7 +6,7 @@ Hypercorn's HTTP/2 stream breaks on body data for a stream that already answered
 from __future__ import annotations
 
 import trio
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..errors import ErrorCode
 from .errors import error_response
@@ -35,20 +35,20 @@ class _BodyReader:
 
 
 class Http2Policy:
-    """ASGI middleware: HTTP/2 requests get 505 HTTP_VERSION_NOT_SUPPORTED unless `enabled`;
-    when enabled, the last message of every HTTP/2 answer waits until the request body was
-    read to its end (at most `drain_timeout` seconds: a client that keeps sending past it
-    loses its connection, contained there)."""
+    """HTTP/2 requests get 505 HTTP_VERSION_NOT_SUPPORTED unless `enabled`; when enabled,
+    the last message of every HTTP/2 answer waits until the request body was read to its
+    end (at most `drain_timeout` seconds: a client that keeps sending past it loses its
+    connection, contained there). `edge.Edge` asks `admit` of every HTTP/2 request."""
 
-    def __init__(self, app: ASGIApp, *, enabled: bool, drain_timeout: float) -> None:
-        self.app = app
+    def __init__(self, *, enabled: bool, drain_timeout: float) -> None:
         self.enabled = enabled
         self.drain_timeout = drain_timeout
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("http_version") != "2":
-            await self.app(scope, receive, send)
-            return
+    async def admit(
+        self, scope: Scope, receive: Receive, send: Send
+    ) -> tuple[Receive, Send] | None:
+        """The `receive` and `send` an HTTP/2 request goes on with, or None once it was
+        refused (the 505 sent)."""
         body = _BodyReader(receive)
         if not self.enabled:
             await body.drain(self.drain_timeout)
@@ -58,11 +58,11 @@ class Http2Policy:
                 "HTTP/2 is off on this server (actorloop serve --http2 turns it on); use HTTP/1.1",
             )
             await refusal(scope, body.receive, send)
-            return
+            return None
 
         async def send_after_body(message: Message) -> None:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 await body.drain(self.drain_timeout)
             await send(message)
 
-        await self.app(scope, body.receive, send_after_body)
+        return body.receive, send_after_body

@@ -1,7 +1,8 @@
 """One connection's protocol server: Hypercorn's `TCPServer` with a sized response written
-in one write (without a scheduling point when the socket takes it at once), a keep-alive
-timer that moves a deadline instead of restarting a task per request, no cancel scope per
-read, and the `ConnectionWatch` that cancels the requests waiting on it when it ends."""
+in one write (without a scheduling point when the socket takes it at once), request
+messages handed to the app without one when its queue has room, a keep-alive timer that
+moves a deadline instead of restarting a task per request, no cancel scope per read, and
+the `ConnectionWatch` that cancels the requests waiting on it when it ends."""
 
 from __future__ import annotations
 
@@ -13,11 +14,19 @@ import h11
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import AppWrapper, ConnectionState
+from hypercorn.typing import (
+    AppWrapper,
+    ASGIReceiveEvent,
+    ASGISendEvent,
+    ConnectionState,
+    Scope,
+)
+from hypercorn.utils import parse_socket_addr
 
 from .disconnects import WATCH_KEY, ConnectionWatch
 
@@ -29,7 +38,14 @@ a file say, goes out as it comes)."""
 def _sized_head(data: bytes) -> bool:
     """Whether `data` is an HTTP/1.x response head announcing a Content-Length."""
     end = data.find(b"\r\n\r\n")
-    return data.startswith(b"HTTP/1.") and end >= 0 and b"\r\ncontent-length:" in data[:end].lower()
+    if not data.startswith(b"HTTP/1.") or end < 0:
+        return False
+    # h11 writes header names as the app gave them: Starlette's are lower-case, so the head
+    # is copied and lowered only for a name spelled otherwise (or no Content-Length).
+    return (
+        data.find(b"\r\ncontent-length:", 0, end) >= 0
+        or b"\r\ncontent-length:" in data[:end].lower()
+    )
 
 
 def _write_now(stream: trio.SocketStream, data: bytes) -> bytes:
@@ -40,6 +56,36 @@ def _write_now(stream: trio.SocketStream, data: bytes) -> bytes:
     except OSError:
         return data
     return data[sent:]
+
+
+class _AppTaskGroup(TaskGroup):
+    """Hypercorn's task group for one connection's requests, whose `app_put` (how the
+    connection hands the app its body, and the disconnect after the answer) queues the
+    message without a scheduling point when the app's channel has room. A memory channel's
+    `send` always yields: the reader then gave the app task its body in two turns, so the app
+    often woke to half a body and slept again, and the answer's end (the disconnect put
+    from the app's own task) resumed the whole ASGI await chain once more. A full channel
+    still waits."""
+
+    async def spawn_app(
+        self,
+        app: AppWrapper,
+        config: Config,
+        scope: Scope,
+        send: Callable[[ASGISendEvent | None], Awaitable[None]],
+    ) -> Callable[[ASGIReceiveEvent], Awaitable[None]]:
+        put = await super().spawn_app(app, config, scope, send)
+        channel = getattr(put, "__self__", None)
+        if not isinstance(channel, trio.MemorySendChannel):
+            return put
+
+        async def put_now(message: ASGIReceiveEvent) -> None:
+            try:
+                channel.send_nowait(message)
+            except trio.WouldBlock:
+                await put(message)
+
+        return put_now
 
 
 class _IdleDeadline:
@@ -79,6 +125,35 @@ class ServiceConnection(TCPServer):
         self.idle_task = _IdleDeadline(config.keep_alive_timeout)  # type: ignore[assignment]
         self._held: list[bytes] = []
         self._held_bytes = 0
+
+    async def run(self) -> None:
+        """Hypercorn's `run` for a plain TCP stream (TLS is not the service's: it is served
+        behind a proxy) with `_AppTaskGroup` in place of its task group."""
+        try:
+            socket = self.stream.socket
+            client = parse_socket_addr(socket.family, socket.getpeername())
+            server = parse_socket_addr(socket.family, socket.getsockname())
+            async with _AppTaskGroup() as task_group:
+                self._task_group = task_group
+                self.protocol = ProtocolWrapper(
+                    self.app,
+                    self.config,
+                    self.context,
+                    task_group,
+                    ConnectionState(self.state),
+                    False,
+                    client,
+                    server,
+                    self.protocol_send,
+                    "http/1.1",
+                )
+                await self.protocol.initiate()
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                await self._read_data()
+        except OSError:
+            pass
+        finally:
+            await self._close()
 
     async def protocol_send(self, event: Event) -> None:
         """Hypercorn writes a response's head, body and end separately: the parts of a sized

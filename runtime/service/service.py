@@ -398,7 +398,10 @@ class SessionService:
     ) -> TurnOutcome:
         line = self._line(session_id)
         try:
-            await ticket.ready.wait()
+            if not ticket.ready.is_set():
+                # The first in line goes on at once: a set Event's wait would still yield,
+                # one more resume of the request's whole ASGI await chain per send.
+                await ticket.ready.wait()
             if ticket.discarded:
                 outcome = turn_outcome(session_id, TurnResult(None, "discarded"))
             else:
