@@ -18,7 +18,6 @@ from starlette.types import ASGIApp, Scope
 from ..errors import ErrorCode, sole_error
 from .auth import BearerAuth
 from .body_limit import BodyLimit
-from .dispatch import ApiDispatch
 from .edge import Edge
 from .endpoints import ENDPOINTS
 from .errors import InvalidRequestBody, error_response, response_for
@@ -140,7 +139,7 @@ def create_app(
     starlette = Starlette(
         routes=[*own, *routes], exception_handlers={HTTPException: _http_exception}
     )
-    inner: ASGIApp = ApiDispatch(starlette, own)
+    inner: ASGIApp = starlette
     if gate is not None:
         inner = gate(inner)
     return Edge(

@@ -14,7 +14,6 @@ import h11
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData
-from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
@@ -26,7 +25,6 @@ from hypercorn.typing import (
     ConnectionState,
     Scope,
 )
-from hypercorn.utils import parse_socket_addr
 
 from .disconnects import WATCH_KEY, ConnectionWatch
 
@@ -126,34 +124,19 @@ class ServiceConnection(TCPServer):
         self._held: list[bytes] = []
         self._held_bytes = 0
 
-    async def run(self) -> None:
-        """Hypercorn's `run` for a plain TCP stream (TLS is not the service's: it is served
-        behind a proxy) with `_AppTaskGroup` in place of its task group."""
-        try:
-            socket = self.stream.socket
-            client = parse_socket_addr(socket.family, socket.getpeername())
-            server = parse_socket_addr(socket.family, socket.getsockname())
-            async with _AppTaskGroup() as task_group:
-                self._task_group = task_group
-                self.protocol = ProtocolWrapper(
-                    self.app,
-                    self.config,
-                    self.context,
-                    task_group,
-                    ConnectionState(self.state),
-                    False,
-                    client,
-                    server,
-                    self.protocol_send,
-                    "http/1.1",
-                )
-                await self.protocol.initiate()
-                await self.idle_task.restart(self._task_group, self._idle_timeout)
-                await self._read_data()
-        except OSError:
-            pass
-        finally:
-            await self._close()
+    @property
+    def _task_group(self) -> TaskGroup:
+        """The task group of this connection's requests."""
+        return self._requests
+
+    @_task_group.setter
+    def _task_group(self, group: TaskGroup) -> None:
+        # Hypercorn's `run` makes the group and sets it here just before it hands the group
+        # to the protocol, so before any request is spawned in it: it becomes the kind whose
+        # puts do not yield (`_AppTaskGroup` adds behaviour, no state).
+        if type(group) is TaskGroup:
+            group.__class__ = _AppTaskGroup
+        self._requests = group
 
     async def protocol_send(self, event: Event) -> None:
         """Hypercorn writes a response's head, body and end separately: the parts of a sized

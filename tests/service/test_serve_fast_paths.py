@@ -2,7 +2,8 @@
 send whose HTTP/1.1 client leaves is still cancelled (the connection cancels it, no watcher
 task); a sized JSON answer goes out in one write, a streamed one as it comes; the keep-alive
 timer runs only while a connection is idle; the common send body, parsed without the schema
-run, gives what the full parse gives, and any other body the full parse's typed error."""
+run, gives what the full parse gives, and any other body the full parse's typed error; a
+connection hands its app a body and the body's end before the app's task runs again."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from actorloop.codecs.converter import encode_event
 from actorloop.runtime.errors import ErrorCode
 from actorloop.runtime.service.bodies import BODIES, SendMessage, parse_body
 from actorloop.runtime.service.errors import InvalidRequestBody
+from actorloop.runtime.service.protocol_server import ServiceConnection
 from actorloop.runtime.service.schemas import plain
 from actorloop.runtime.service.server import ServeSettings, hypercorn_config
 
@@ -130,6 +132,61 @@ async def test_a_sized_answer_is_one_write_and_a_stream_goes_out_as_it_comes() -
         assert events.status_code == 200 and events.text.count("event: ") >= 4
         assert events.headers.get("transfer-encoding") == "chunked"
         assert len(writes) > 2  # the head, then frames: nothing held for a streamed answer
+
+
+async def test_a_connection_queues_a_body_and_its_end_before_its_app_runs_again() -> None:
+    """The connection's task group (what Hypercorn's `run` hands the protocol) puts into the
+    app's channel without a schedule point while it has room: the app's task first runs with
+    the body and its end both queued, instead of waking for each. A full channel waits."""
+    from hypercorn.app_wrappers import ASGIWrapper
+    from hypercorn.trio.task_group import TaskGroup
+
+    queued_at_start: list[int] = []
+    done = trio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        queued_at_start.append(receive.__self__.statistics().current_buffer_used)
+        while (await receive()).get("more_body"):
+            pass
+        done.set()
+
+    async def no_send(message: Any) -> None:
+        return None
+
+    config = hypercorn_config(ServeSettings(port=0))
+    config.max_app_queue_size = 2
+    connection = object.__new__(ServiceConnection)
+    async with TaskGroup() as group:
+        connection._task_group = group  # what Hypercorn's run does with the group it makes
+        put = await connection._task_group.spawn_app(ASGIWrapper(app), config, {}, no_send)
+        await put({"type": "http.request", "body": b"{}", "more_body": True})
+        await put({"type": "http.request", "body": b"", "more_body": False})
+        await done.wait()
+        assert queued_at_start == [2]
+        gate = trio.Event()
+        drained = trio.Event()
+
+        async def held_app(scope: Any, receive: Any, send: Any) -> None:
+            await gate.wait()
+            while (await receive()).get("more_body"):
+                pass
+            drained.set()
+
+        put = await connection._task_group.spawn_app(ASGIWrapper(held_app), config, {}, no_send)
+        for _ in range(2):
+            await put({"type": "http.request", "body": b"x", "more_body": True})
+        third = trio.Event()
+
+        async def put_third() -> None:
+            await put({"type": "http.request", "body": b"", "more_body": False})
+            third.set()
+
+        group.spawn(put_third)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not third.is_set()  # the channel (2) is full: the put waits for room
+        gate.set()
+        await drained.wait()
+        assert third.is_set()
 
 
 async def test_the_keep_alive_timer_runs_only_while_the_connection_is_idle(
