@@ -110,9 +110,19 @@ async def servers(
             server.wait()
 
 
+KEEPALIVE_EXPIRY_S = 2.0
+"""How long a client keeps an idle connection for reuse: under the server's keep-alive
+timeout (Hypercorn's 5 s). At httpx's default, also 5 s, a request could go out on a
+connection the server was closing that moment: a reset POST (seen in the 10-minute soak)."""
+
+
 def client(server: ServerProcess) -> httpx.AsyncClient:
     """An HTTP client of `server` that waits up to DEADLINE_S for an answer."""
-    return httpx.AsyncClient(base_url=server.url, timeout=DEADLINE_S)
+    return httpx.AsyncClient(
+        base_url=server.url,
+        timeout=DEADLINE_S,
+        limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+    )
 
 
 async def send_until_answered(

@@ -44,6 +44,8 @@ from attrs import frozen
 from pg_fleet import DEADLINE_S, Instance, client, poll, query, servers, until
 from pg_server import PgServer
 
+from actorloop.runtime.model.events import TurnStart, UserMessage
+from actorloop.runtime.model.messages import Text
 from actorloop.runtime.stores.postgres import PostgresStore
 
 FULL = os.environ.get("ACTORLOOP_FULL") == "1"
@@ -201,10 +203,12 @@ async def check_the_logs(pg_url: str, soak: Soak, ids: list[str], *, faults: boo
             logged: list[tuple[str, int]] = []
             turn = 0
             for event in events:
-                if event.type == "turn/start":
+                if isinstance(event.data, TurnStart):
                     turn = event.data.turn
-                elif event.type == "user/message":
-                    logged.append((event.data.content[0].text, turn))
+                elif isinstance(event.data, UserMessage):
+                    [block] = event.data.content
+                    assert isinstance(block, Text)
+                    logged.append((block.text, turn))
             texts = Counter(text for text, _turn in logged)
             sent = soak.sent.get(session_id, [])
             assert set(texts) <= {s.content for s in sent}, session_id
