@@ -50,6 +50,7 @@ import math
 import os
 import random
 import signal
+import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -122,6 +123,18 @@ class Soak:
         self.warmed = trio.Event()
         self.stop = trio.Event()
 
+    async def ask(
+        self, rng: random.Random, what: str, session_id: str, method: str, path: str, **kw: Any
+    ) -> httpx.Response | None:
+        """`method path` at a random instance that is up; None (and a problem naming the
+        instance and the wall-clock time, to find it in the logs) when no answer came."""
+        node = rng.choice(self.up)
+        try:
+            return await self.https[node].request(method, path, **kw)
+        except httpx.TransportError as exc:
+            self.problems.append(f"{what} {session_id} at {node}: {exc!r} at {time.time():.1f}")
+            return None
+
     def judge(self, what: str, session_id: str, answer: httpx.Response) -> dict[str, Any]:
         """The answer's JSON, counted under "WHAT STATUS CODE-or-reason"."""
         text = answer.text
@@ -145,10 +158,16 @@ class Soak:
         if rng.random() < TOOL_SHARE:
             content += " call:lookup soak"
         sent.append(Sent(content, None))
-        answer = await self.https[rng.choice(self.up)].post(
+        answer = await self.ask(
+            rng,
+            "send",
+            session_id,
+            "POST",
             f"/v1/sessions/{session_id}/messages",
             json={"content": content, "idempotency_key": content},
         )
+        if answer is None:
+            return
         body = self.judge("send", session_id, answer)
         if answer.status_code == 200 and body.get("reason") == "completed":
             sent[-1] = Sent(content, body["turn"])
@@ -157,15 +176,18 @@ class Soak:
                 self.warmed.set()
 
     async def read(self, rng: random.Random, session_id: str) -> None:
-        answer = await self.https[rng.choice(self.up)].get(f"/v1/sessions/{session_id}")
+        answer = await self.ask(rng, "read", session_id, "GET", f"/v1/sessions/{session_id}")
+        if answer is None:
+            return
         body = self.judge("read", session_id, answer)
         acked = sum(sent.turn is not None for sent in self.sent[session_id])
         if answer.status_code == 200 and body["turns"] < acked:
             self.problems.append(f"read {session_id}: {body['turns']} turns, {acked} answered")
 
     async def dispose(self, rng: random.Random, session_id: str) -> None:
-        answer = await self.https[rng.choice(self.up)].delete(f"/v1/sessions/{session_id}")
-        self.judge("dispose", session_id, answer)
+        answer = await self.ask(rng, "dispose", session_id, "DELETE", f"/v1/sessions/{session_id}")
+        if answer is not None:
+            self.judge("dispose", session_id, answer)
 
     async def client(
         self,
