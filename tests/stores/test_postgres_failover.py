@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from pg_fleet import client, query, send_until_answered, servers, stored_events, until
+from pg_fleet import client, poll, query, send_until_answered, servers, stored_events, until
 from pg_server import PgServer
 
 SESSIONS = int(os.environ.get("ACTORLOOP_FAILOVER_SESSIONS", "24"))
@@ -263,3 +263,42 @@ async def test_a_postgresql_restart_mid_run(tmp_path: Path, own_server: PgServer
             assert events[: len(acknowledged[session_id])] == acknowledged[session_id]
             verified = (await at_b.get(f"/v1/sessions/{session_id}/verify")).json()
             assert verified["ok"] is True, verified
+
+
+async def test_a_request_withdrawn_from_an_owner_that_comes_back_is_handed_again(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """An owner whose heartbeat lapsed while its session's lease did not (commits renew
+    leases too; here the heartbeat is expired by hand while it is stopped) and that then
+    comes back: a request another instance withdrew from it meanwhile is handed to it again,
+    not left waiting for the lease to lapse, which its live owner keeps renewing."""
+    async with (
+        servers(tmp_path, pg_url, ("a", "b"), latency_ms=50, lease_s=6.0) as procs,
+        client(procs["a"]) as at_a,
+        client(procs["b"]) as at_b,
+    ):
+        await at_a.post("/v1/sessions", json={"session_id": "back"})
+        assert (await send_until_answered(at_a, "back", "hello"))["turn"] == 1
+        procs["a"].proc.send_signal(signal.SIGSTOP)
+        await poll(
+            pg_url,
+            "UPDATE actorloop.nodes SET expires = now() - interval '1 second' "
+            "WHERE id = 'a' RETURNING id",
+        )
+        answers: list[httpx.Response] = []
+        async with trio.open_nursery() as nursery:
+
+            async def read() -> None:
+                answers.append(await at_b.get("/v1/sessions/back"))
+
+            nursery.start_soon(read)
+            # b handed the read to a, saw a's heartbeat lapsed and withdrew it.
+            await until(
+                pg_url,
+                "SELECT (SELECT is_called FROM actorloop.inbox_id_seq) AND NOT EXISTS "
+                "(SELECT 1 FROM actorloop.inbox WHERE state = 'pending')",
+            )
+            procs["a"].proc.send_signal(signal.SIGCONT)
+        assert answers[0].status_code == 200, answers[0].text
+        assert answers[0].json()["turns"] == 1
+        assert query(pg_url, "SELECT owner_node FROM actorloop.sessions") == [("a",)]
