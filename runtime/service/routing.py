@@ -240,7 +240,7 @@ class Router:
             if handed is None:
                 return None
             answer = await self._answer_of(session_id, handed)
-            if answer is not _BACK:
+            if not isinstance(answer, _Back):
                 return answer
             # Its owner only lagged (its heartbeat is back, its lease never lapsed): hand
             # the request to it again.
