@@ -235,9 +235,21 @@ class Router:
                 ],
             }
         )
-        handed = await self.inbox.hand(session_id, head, body)
-        if handed is None:
-            return None
+        while True:
+            handed = await self.inbox.hand(session_id, head, body)
+            if handed is None:
+                return None
+            answer = await self._answer_of(session_id, handed)
+            if not isinstance(answer, _Back):
+                return answer
+            # Its owner only lagged (its heartbeat is back, its lease never lapsed): hand
+            # the request to it again.
+
+    async def _answer_of(
+        self, session_id: str, handed: tuple[int, str]
+    ) -> tuple[int, bytes] | _Back | None:
+        """The answer to the request in row `handed` (see `hand`); _BACK when it was
+        withdrawn from an owner that then came back."""
         row_id, target = handed
         waiter = self._waiting[row_id] = _Waiter()
         early = self._early.pop(row_id, None)
@@ -259,8 +271,9 @@ class Router:
                     continue
                 if state.state == "pending" and await self.inbox.withdraw(row_id):
                     self._finished.append(row_id)
-                    await self._until_claimable(session_id, target)
-                    return None
+                    if await self._until_claimable(session_id, target):
+                        return None
+                    return _BACK
                 if state.state == "taken":
                     raise OwnerLost(
                         f"node {target!r}, owner of session {session_id!r}, stopped "
@@ -280,13 +293,17 @@ class Router:
         finally:
             del self._waiting[row_id]
 
-    async def _until_claimable(self, session_id: str, dead: str) -> None:
-        """Wait until the dead node's lease on `session_id` lapsed (a lease expiry is a real
-        time-based event: the database's clock decides it; polled)."""
+    async def _until_claimable(self, session_id: str, dead: str) -> bool:
+        """Wait until the dead node's lease on `session_id` lapsed (True), or the node's
+        heartbeat is back (False: it was only slow, and keeps renewing that lease). Lease
+        expiries and heartbeats are real time-based events, the database's clock decides
+        them: polled."""
         while True:
             owner = await self.store.owner(session_id)
             if owner is None or owner.node != dead or not owner.live:
-                return
+                return True
+            if await self.inbox.alive(dead):
+                return False
             await trio.sleep(self.poll_s)
 
     # serving a request handed here ----------------------------------------------------
@@ -439,6 +456,13 @@ class RoutingGate:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+
+class _Back:
+    """The answer of a request withdrawn from an owner that then came back."""
+
+
+_BACK = _Back()
 
 
 def _answered(state: RowState | None) -> bool:

@@ -19,156 +19,25 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 import trio
+from pg_fleet import client, poll, query, send_until_answered, servers, stored_events, until
 from pg_server import PgServer
-from serve_kit import ServerProcess, child_env
-
-from actorloop.runtime.stores.postgres.config import parse_url
 
 SESSIONS = int(os.environ.get("ACTORLOOP_FAILOVER_SESSIONS", "24"))
 LEASE_S = 2.0
-DEADLINE_S = 60.0
-
-
-def store_url(pg_url: str, node: str) -> str:
-    return f"{pg_url}?lease_s={LEASE_S:g}&poll_s=0.1&node={node}"
-
-
-def query(pg_url: str, statement: str, *params: object) -> list[tuple[Any, ...]]:
-    with psycopg.connect(parse_url(pg_url).conninfo, autocommit=True) as conn:
-        return conn.execute(statement, params).fetchall()  # type: ignore[arg-type]
-
-
-async def poll(pg_url: str, statement: str, *params: object) -> list[tuple[Any, ...]]:
-    return await trio.to_thread.run_sync(lambda: query(pg_url, statement, *params))
-
-
-async def until(pg_url: str, statement: str, *params: object, deadline: float = DEADLINE_S) -> None:
-    """Poll until `statement` answers true (a real time-based event: leases, remote turns)."""
-    with trio.fail_after(deadline):
-        # Nothing in this process can be told of it: the database decides. Polled.
-        while not (await poll(pg_url, statement, *params))[0][0]:  # noqa: ASYNC110
-            await trio.sleep(0.05)
-
-
-class Instance(ServerProcess):
-    """`actorloop serve` as a child process whose stderr goes to a file (a pipe nobody reads
-    until the end would fill up during an outage and stall the server on its next log
-    line)."""
-
-    def __init__(self, args: list[str], cwd: Path, node: str) -> None:
-        self.log = cwd / f"serve-{node}.log"
-        self._err = self.log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actorloop.runtime.console", "serve", "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=self._err,
-            text=True,
-            env=child_env(),
-            cwd=cwd,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()  # blocks until the server says it listens
-        if "listening on" not in line:
-            self.proc.wait(timeout=30)
-            raise AssertionError(f"server did not start: {line!r} {self.log.read_text()}")
-        self.url = line.split("listening on ", 1)[1].split(" ", 1)[0]
-
-    def wait(self) -> tuple[int, str, str]:
-        out, _ = self.proc.communicate(timeout=60)
-        self._err.close()
-        return self.proc.returncode, out, self.log.read_text()
-
-
-@asynccontextmanager
-async def servers(
-    tmp_path: Path, pg_url: str, nodes: tuple[str, ...], latency_ms: int
-) -> AsyncIterator[dict[str, Instance]]:
-    started: dict[str, Instance] = {}
-
-    def start(node: str) -> Instance:
-        args = [
-            "--store",
-            store_url(pg_url, node),
-            "--sim-latency-ms",
-            str(latency_ms),
-            "--grace",
-            "0.5",
-        ]
-        return Instance(args, tmp_path, node)
-
-    try:
-        async with trio.open_nursery() as nursery:
-            for node in nodes:
-
-                async def one(node: str = node) -> None:
-                    started[node] = await trio.to_thread.run_sync(start, node)
-
-                nursery.start_soon(one)
-        yield started
-    finally:
-        for server in started.values():
-            if server.proc.poll() is None:
-                server.proc.send_signal(signal.SIGCONT)
-                server.proc.kill()
-            server.wait()
-
-
-def client(server: ServerProcess) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=server.url, timeout=DEADLINE_S)
-
-
-async def send_until_answered(
-    http: httpx.AsyncClient, session_id: str, content: str
-) -> dict[str, Any]:
-    """A send retried while the session is between owners (the typed answers a client
-    sees during a failover: 503 OWNER_LOST or STORE_UNAVAILABLE, 409 SESSION_BUSY)."""
-    with trio.fail_after(DEADLINE_S):
-        while True:
-            try:
-                answer = await http.post(
-                    f"/v1/sessions/{session_id}/messages", json={"content": content}
-                )
-            except httpx.TransportError:
-                await trio.sleep(0.05)
-                continue
-            if answer.status_code == 200:
-                return dict(answer.json())
-            assert answer.headers.get("content-type") == "application/json", (
-                answer.status_code,
-                answer.text,
-            )
-            code = answer.json()["error"]["code"]
-            assert code in ("OWNER_LOST", "STORE_UNAVAILABLE", "SESSION_BUSY"), answer.text
-            await trio.sleep(0.05)
-
-
-def stored_events(pg_url: str, session_id: str) -> list[tuple[int, bytes, int]]:
-    return [
-        (seq, bytes(body), epoch)
-        for seq, body, epoch in query(
-            pg_url,
-            "SELECT seq, body, epoch FROM actorloop.events WHERE session_id = %s ORDER BY seq",
-            session_id,
-        )
-    ]
 
 
 async def test_kill_9_of_the_owner_of_live_sessions_mid_turn(tmp_path: Path, pg_url: str) -> None:
     ids = [f"s{index}" for index in range(SESSIONS)]
     async with (
-        servers(tmp_path, pg_url, ("a", "b", "c"), latency_ms=400) as procs,
+        servers(tmp_path, pg_url, ("a", "b", "c"), latency_ms=400, lease_s=LEASE_S) as procs,
         client(procs["a"]) as at_a,
         client(procs["b"]) as at_b,
         client(procs["c"]) as at_c,
@@ -239,7 +108,7 @@ async def test_kill_9_of_the_owner_of_live_sessions_mid_turn(tmp_path: Path, pg_
 
 
 async def test_sigstop_past_the_lease_then_sigcont_is_fenced(tmp_path: Path, pg_url: str) -> None:
-    async with servers(tmp_path, pg_url, ("a", "b"), latency_ms=1500) as procs:
+    async with servers(tmp_path, pg_url, ("a", "b"), latency_ms=1500, lease_s=LEASE_S) as procs:
         async with client(procs["a"]) as at_a, client(procs["b"]) as at_b:
             await at_a.post("/v1/sessions", json={"session_id": "p"})
             assert (await send_until_answered(at_a, "p", "hello"))["turn"] == 1
@@ -305,7 +174,7 @@ async def test_sigcont_stops_taken_over_idle_agents_and_routes_their_requests(
     instance took the session over and the old owner resumes, the old owner's agent is
     stopped (not live there any more) and its requests are handed to the new owner — a
     GET shows the new owner's events, a send runs the next turn there."""
-    async with servers(tmp_path, pg_url, ("a", "b"), latency_ms=50) as procs:
+    async with servers(tmp_path, pg_url, ("a", "b"), latency_ms=50, lease_s=LEASE_S) as procs:
         async with client(procs["a"]) as at_a, client(procs["b"]) as at_b:
             await at_a.post("/v1/sessions", json={"session_id": "idle"})
             assert (await send_until_answered(at_a, "idle", "hello"))["turn"] == 1
@@ -351,7 +220,7 @@ async def test_a_postgresql_restart_mid_run(tmp_path: Path, own_server: PgServer
     pg_url = own_server.url("postgres")
     ids = [f"r{index}" for index in range(6)]
     async with (
-        servers(tmp_path, pg_url, ("a", "b"), latency_ms=800) as procs,
+        servers(tmp_path, pg_url, ("a", "b"), latency_ms=800, lease_s=LEASE_S) as procs,
         client(procs["a"]) as at_a,
         client(procs["b"]) as at_b,
     ):
@@ -394,3 +263,42 @@ async def test_a_postgresql_restart_mid_run(tmp_path: Path, own_server: PgServer
             assert events[: len(acknowledged[session_id])] == acknowledged[session_id]
             verified = (await at_b.get(f"/v1/sessions/{session_id}/verify")).json()
             assert verified["ok"] is True, verified
+
+
+async def test_a_request_withdrawn_from_an_owner_that_comes_back_is_handed_again(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """An owner whose heartbeat lapsed while its session's lease did not (commits renew
+    leases too; here the heartbeat is expired by hand while it is stopped) and that then
+    comes back: a request another instance withdrew from it meanwhile is handed to it again,
+    not left waiting for the lease to lapse, which its live owner keeps renewing."""
+    async with (
+        servers(tmp_path, pg_url, ("a", "b"), latency_ms=50, lease_s=6.0) as procs,
+        client(procs["a"]) as at_a,
+        client(procs["b"]) as at_b,
+    ):
+        await at_a.post("/v1/sessions", json={"session_id": "back"})
+        assert (await send_until_answered(at_a, "back", "hello"))["turn"] == 1
+        procs["a"].proc.send_signal(signal.SIGSTOP)
+        await poll(
+            pg_url,
+            "UPDATE actorloop.nodes SET expires = now() - interval '1 second' "
+            "WHERE id = 'a' RETURNING id",
+        )
+        answers: list[httpx.Response] = []
+        async with trio.open_nursery() as nursery:
+
+            async def read() -> None:
+                answers.append(await at_b.get("/v1/sessions/back"))
+
+            nursery.start_soon(read)
+            # b handed the read to a, saw a's heartbeat lapsed and withdrew it.
+            await until(
+                pg_url,
+                "SELECT (SELECT is_called FROM actorloop.inbox_id_seq) AND NOT EXISTS "
+                "(SELECT 1 FROM actorloop.inbox WHERE state = 'pending')",
+            )
+            procs["a"].proc.send_signal(signal.SIGCONT)
+        assert answers[0].status_code == 200, answers[0].text
+        assert answers[0].json()["turns"] == 1
+        assert query(pg_url, "SELECT owner_node FROM actorloop.sessions") == [("a",)]

@@ -234,6 +234,17 @@ class Inbox:
 
         return await self.store.execute(run)
 
+    async def alive(self, node: str) -> bool:
+        """Whether `node`'s heartbeat is unexpired, by the database's clock."""
+
+        def run(conn: psycopg.Connection) -> bool:
+            row = conn.execute(
+                "SELECT expires > now() FROM actorloop.nodes WHERE id = %s", (node,)
+            ).fetchone()
+            return row is not None and bool(row[0])
+
+        return await self.store.execute(run)
+
     async def withdraw(self, row_id: int) -> bool:
         """Take a row back while it is still pending; whether it was (else it was taken)."""
 
