@@ -310,6 +310,18 @@ def check_the_work(pg_url: str, soak: Soak) -> None:
     )
 
 
+async def check_the_run(
+    pg_server: PgServer, offset: int, procs: Any, pg_url: str, soak: Soak, ids: list[str]
+) -> None:
+    """Everything a soak run must leave true: clean server logs, no unexplained problem,
+    only the allowed answers, every acknowledged turn logged once, the work done."""
+    check_the_servers(pg_server, offset, procs)
+    assert soak.problems == []
+    assert set(soak.outcomes) <= ANSWERS, soak.outcomes
+    await check_the_logs(pg_url, soak, ids)
+    check_the_work(pg_url, soak)
+
+
 async def test_shuffled_sessions_on_three_instances_under_a_short_lease(
     tmp_path: Path, pg_server: PgServer, pg_url: str
 ) -> None:
@@ -320,11 +332,7 @@ async def test_shuffled_sessions_on_three_instances_under_a_short_lease(
         try:
             soak = Soak(https)
             await soak.run(ids, SOAK_S)
-            check_the_servers(pg_server, offset, procs)
-            assert soak.problems == []
-            assert set(soak.outcomes) <= ANSWERS, soak.outcomes
-            await check_the_logs(pg_url, soak, ids)
-            check_the_work(pg_url, soak)
+            await check_the_run(pg_server, offset, procs, pg_url, soak, ids)
         finally:
             for http in https.values():
                 await http.aclose()
@@ -373,11 +381,7 @@ async def test_an_instance_paused_past_its_lease_mid_soak_is_fenced(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(fault)
                 nursery.start_soon(soak.run, ids, None)
-            check_the_servers(pg_server, offset, procs)
-            assert soak.problems == []
-            assert set(soak.outcomes) <= ANSWERS, soak.outcomes
-            await check_the_logs(pg_url, soak, ids)
-            check_the_work(pg_url, soak)
+            await check_the_run(pg_server, offset, procs, pg_url, soak, ids)
         finally:
             for http in https.values():
                 await http.aclose()
